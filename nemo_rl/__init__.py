@@ -1,0 +1,1 @@
+"""nemo_rl: a compact Ray-based post-training library."""

@@ -1,0 +1,1 @@
+"""Test harness helpers for Ray + PyTorch projects (pytest plugin, tracker, metric checks)."""

@@ -1,0 +1,1 @@
+"""Remote-aware test selection for pytest-testmon."""

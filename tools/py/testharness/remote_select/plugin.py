@@ -1,0 +1,1 @@
+"""pytest hooks that add remote-affected tests to testmon's selection."""
