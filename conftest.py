@@ -12,4 +12,4 @@ try:
 except ImportError:  # tools/py not installed: use it from the checkout
     sys.path.insert(0, str(Path(__file__).parent / "tools" / "py"))
 
-pytest_plugins = ["testharness.plugin", "testharness.remote_select.plugin"]
+pytest_plugins = ["testharness.plugin"]

@@ -1,1 +1,12 @@
-"""pytest plugin: marker-based selection (--hf-gated, --mcore-only), run_first, GPU-count skips, tracker."""
+"""The harness's pytest entry point: it only gathers the feature plugins.
+
+Each feature is one module with its own hooks (as in pytest's `_pytest/`); loading this
+module (root conftest.py, or `-p testharness.plugin`) loads them all.
+"""
+
+pytest_plugins = [
+    "testharness.selection",
+    "testharness.tracker",
+    "testharness.sharding",
+    "testharness.remote_select.plugin",
+]
