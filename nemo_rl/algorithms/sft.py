@@ -1,0 +1,127 @@
+"""Supervised fine-tuning: the loop, validation, checkpoints and resume."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Iterator, TypedDict
+
+from nemo_rl.algorithms.loss_functions import NLLLoss
+from nemo_rl.data.datasets import Message, batches, load_chat_dataset
+from nemo_rl.data.tokenize import sft_batch
+from nemo_rl.distributed.ray_cluster import init_ray
+from nemo_rl.distributed.virtual_cluster import cluster_from_config
+from nemo_rl.models.policy.interfaces import PolicyConfig
+from nemo_rl.models.policy.policy import Policy
+from nemo_rl.utils.checkpoint import CheckpointManager
+from nemo_rl.utils.logger import Logger, LoggerConfig
+
+
+class SFTConfig(TypedDict):
+    max_num_steps: int
+    val_period: int
+    val_batches: int
+    val_global_batch_size: int
+    seed: int
+
+
+class DataConfig(TypedDict):
+    train_path: str
+    val_path: str
+    shuffle: bool
+
+
+class ClusterConfig(TypedDict):
+    num_workers: int
+    gpus_per_worker: str | float
+
+
+class CheckpointingConfig(TypedDict):
+    enabled: bool
+    checkpoint_dir: str
+    save_period: int
+    keep_top_k: int
+
+
+class SFTMasterConfig(TypedDict):
+    sft: SFTConfig
+    policy: PolicyConfig
+    data: DataConfig
+    cluster: ClusterConfig
+    checkpointing: CheckpointingConfig
+    logger: LoggerConfig
+
+
+def local_path_or_name(name: str) -> str:
+    """Absolute path for a local folder (workers may run elsewhere), else the hub name unchanged."""
+    return str(Path(name).resolve()) if Path(name).exists() else name
+
+
+def skip(it: Iterator[Any], n: int) -> Iterator[Any]:
+    for _ in range(n):
+        next(it)
+    return it
+
+
+def validate(policy: Policy, tokenizer: Any, val_data: list[list[Message]], cfg: SFTMasterConfig) -> dict[str, float]:
+    loss_fn = NLLLoss()
+    total, tokens = 0.0, 0.0
+    it = batches(val_data, cfg["sft"]["val_global_batch_size"], seed=0, shuffle=False)
+    for _ in range(cfg["sft"]["val_batches"]):
+        out = policy.evaluate(sft_batch(tokenizer, next(it), cfg["policy"]["max_total_sequence_length"]), loss_fn)
+        total += out["loss"] * out["num_tokens"]
+        tokens += out["num_tokens"]
+    return {"val/loss": total / max(tokens, 1.0)}
+
+
+def sft_train(cfg: SFTMasterConfig) -> dict[str, float]:
+    """Train for sft.max_num_steps (resuming from the newest checkpoint); return the last metrics."""
+    from transformers import AutoTokenizer
+
+    init_ray()
+    sft, pcfg, ckpt_cfg = cfg["sft"], cfg["policy"], cfg["checkpointing"]
+    pcfg["model_name"] = local_path_or_name(pcfg["model_name"])
+    tokenizer = AutoTokenizer.from_pretrained(pcfg["model_name"])
+    train_data = load_chat_dataset(cfg["data"]["train_path"])
+    val_data = load_chat_dataset(cfg["data"]["val_path"])
+    cluster = cluster_from_config(cfg["cluster"]["num_workers"], cfg["cluster"]["gpus_per_worker"])
+    policy = Policy(pcfg, cluster)
+    logger = Logger(cfg["logger"])
+    ckpt = CheckpointManager(ckpt_cfg["checkpoint_dir"], ckpt_cfg["keep_top_k"])
+    step = 0
+    try:
+        latest = ckpt.latest() if ckpt_cfg["enabled"] else None
+        if latest is not None:
+            step = policy.load_checkpoint(str(latest / "policy"))
+            logger.console.print(f"[sft] resumed from {latest} at step {step}")
+        info = policy.info()[0]
+        logger.console.print(f"[sft] {policy.world_size} worker(s) on {info['device']} ({info['dtype']}), "
+                             f"{info['num_params']:,} parameters per worker, steps {step + 1}..{sft['max_num_steps']}")
+        train_iter = skip(batches(train_data, pcfg["train_global_batch_size"], sft["seed"], cfg["data"]["shuffle"]), step)
+        loss_fn = NLLLoss()
+        metrics: dict[str, float] = {}
+        while step < sft["max_num_steps"]:
+            step += 1
+            t0 = time.perf_counter()
+            batch = sft_batch(tokenizer, next(train_iter), pcfg["max_total_sequence_length"])
+            out = policy.train(batch, loss_fn)
+            elapsed = time.perf_counter() - t0
+            metrics = {"train/loss": out["loss"], "train/grad_norm": out["grad_norm"], "train/lr": out["lr"],
+                       "train/tokens_per_sec": float(batch["attention_mask"].sum()) / elapsed,
+                       "timing/step_s": elapsed}
+            if sft["val_period"] > 0 and (step % sft["val_period"] == 0 or step == sft["max_num_steps"]):
+                metrics.update(validate(policy, tokenizer, val_data, cfg))
+            logger.log(metrics, step)
+            if ckpt_cfg["enabled"] and ckpt_cfg["save_period"] > 0 and (
+                step % ckpt_cfg["save_period"] == 0 or step == sft["max_num_steps"]
+            ):
+                policy.save_checkpoint(str(ckpt.step_dir(step) / "policy"))
+                ckpt.finalize(step, {"step": step, **metrics})
+        return metrics
+    finally:
+        logger.close()
+        policy.shutdown()
+
+
+def default_config_path() -> Path:
+    return Path(__file__).resolve().parents[2] / "examples" / "configs" / "sft.yaml"

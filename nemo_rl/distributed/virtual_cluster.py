@@ -1,0 +1,62 @@
+"""Reserve cluster resources for a group of workers with a Ray placement group."""
+
+from __future__ import annotations
+
+import ray
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+
+
+class ClusterTooSmall(RuntimeError):
+    """The cluster cannot hold the requested workers."""
+
+
+class RayVirtualCluster:
+    """`num_workers` bundles of `gpus_per_worker` GPUs and `cpus_per_worker` CPUs."""
+
+    def __init__(
+        self,
+        num_workers: int,
+        gpus_per_worker: float = 0,
+        cpus_per_worker: float = 0.5,
+        timeout_s: float = 60.0,
+    ) -> None:
+        if num_workers < 1:
+            raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+        self.num_workers = num_workers
+        self.gpus_per_worker = gpus_per_worker
+        self.cpus_per_worker = cpus_per_worker
+        bundle: dict[str, float] = {"CPU": cpus_per_worker}
+        if gpus_per_worker:
+            bundle["GPU"] = gpus_per_worker
+        available = ray.cluster_resources()
+        for res, amount in bundle.items():
+            if available.get(res, 0) < amount * num_workers:
+                raise ClusterTooSmall(
+                    f"{num_workers} workers need {amount * num_workers:g} {res}, "
+                    f"the Ray cluster has {available.get(res, 0):g}"
+                )
+        self.placement_group: PlacementGroup = placement_group([dict(bundle)] * num_workers, strategy="PACK")
+        try:
+            ray.get(self.placement_group.ready(), timeout=timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            remove_placement_group(self.placement_group)
+            raise ClusterTooSmall(
+                f"could not reserve {num_workers} x {bundle} within {timeout_s:.0f} s "
+                f"(free now: {ray.available_resources()})"
+            ) from None
+
+    @property
+    def use_gpus(self) -> bool:
+        return self.gpus_per_worker > 0
+
+    def shutdown(self) -> None:
+        remove_placement_group(self.placement_group)
+
+
+def cluster_from_config(num_workers: int, gpus_per_worker: str | float) -> RayVirtualCluster:
+    """`gpus_per_worker: auto` means one GPU per worker when the Ray cluster has GPUs, else CPU."""
+    if gpus_per_worker == "auto":
+        gpus = 1.0 if ray.cluster_resources().get("GPU", 0) >= num_workers else 0.0
+    else:
+        gpus = float(gpus_per_worker)
+    return RayVirtualCluster(num_workers, gpus_per_worker=gpus, cpus_per_worker=1.0 if gpus else 0.5)

@@ -1,0 +1,112 @@
+"""Start N `@ray.remote` workers that share a torch.distributed group, and call them together.
+
+Workers are given RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT in their environment and
+call `init_distributed()` (below) from their constructor: gloo on CPU, nccl on GPU.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import socket
+from typing import Any, Sequence
+
+import ray
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from nemo_rl.distributed.virtual_cluster import RayVirtualCluster
+
+# Environment that must reach every worker unchanged (multicast must stay off on shared GPUs).
+_FORWARDED_ENV = ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
+                  "COVERAGE_PROCESS_START", "PYTHONPATH")
+
+
+def resolve_class(spec: str | type) -> type:
+    """`"package.module.ClassName"` or a class -> the class."""
+    if isinstance(spec, type):
+        return spec
+    module_name, _, class_name = spec.rpartition(".")
+    return getattr(importlib.import_module(module_name), class_name)  # type: ignore[no-any-return]
+
+
+@ray.remote(num_cpus=0)
+def _rendezvous_address() -> tuple[str, int]:
+    """A free port on the node that will host rank 0."""
+    with socket.socket() as s:
+        s.bind(("", 0))
+        port = s.getsockname()[1]
+    return ray.util.get_node_ip_address(), int(port)
+
+
+def init_distributed() -> None:
+    """Join the process group described by the environment the worker group set."""
+    import torch
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return
+    if torch.cuda.is_available():
+        torch.cuda.set_device(0)  # Ray sets CUDA_VISIBLE_DEVICES to this worker's GPU
+        dist.init_process_group("nccl", device_id=torch.device("cuda", 0))
+    else:
+        dist.init_process_group("gloo")
+
+
+class RayWorkerGroup:
+    """One actor per bundle of `cluster`; `run_all` calls a method on every worker."""
+
+    def __init__(
+        self,
+        cluster: RayVirtualCluster,
+        actor_class: str | type,
+        *args: Any,
+        env_vars: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.cluster = cluster
+        cls = resolve_class(actor_class)
+        pg = cluster.placement_group
+        master_addr, master_port = ray.get(
+            _rendezvous_address.options(
+                scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0)
+            ).remote()
+        )
+        world = cluster.num_workers
+        base_env = {k: os.environ[k] for k in _FORWARDED_ENV if k in os.environ}
+        base_env.update(env_vars or {})
+        remote_cls = ray.remote(cls)
+        self.workers = []
+        for rank in range(world):
+            env = dict(base_env, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK="0",
+                       MASTER_ADDR=str(master_addr), MASTER_PORT=str(master_port))
+            self.workers.append(
+                remote_cls.options(  # type: ignore[attr-defined]
+                    num_cpus=cluster.cpus_per_worker,
+                    num_gpus=cluster.gpus_per_worker,
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=rank),
+                    runtime_env={"env_vars": env},
+                ).remote(*args, **kwargs)
+            )
+
+    @property
+    def world_size(self) -> int:
+        return len(self.workers)
+
+    def run_all(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """Call `method(*args, **kwargs)` on every worker; results in rank order."""
+        return ray.get([getattr(w, method).remote(*args, **kwargs) for w in self.workers])
+
+    def run_sharded(self, method: str, per_worker_args: Sequence[tuple[Any, ...]], **kwargs: Any) -> list[Any]:
+        """Call `method(*per_worker_args[rank], **kwargs)` on each worker."""
+        if len(per_worker_args) != len(self.workers):
+            raise ValueError(f"{len(per_worker_args)} argument sets for {len(self.workers)} workers")
+        return ray.get([getattr(w, method).remote(*a, **kwargs) for w, a in zip(self.workers, per_worker_args)])
+
+    def shutdown(self) -> None:
+        """End the workers gracefully (their atexit handlers run), then free the resources."""
+        refs = {w.__ray_terminate__.remote(): w for w in self.workers}
+        _, stuck = ray.wait(list(refs), num_returns=len(refs), timeout=30)
+        for ref in stuck:  # only workers that did not exit in time are killed
+            ray.kill(refs[ref], no_restart=True)
+        self.workers = []
+        self.cluster.shutdown()

@@ -1,0 +1,76 @@
+"""Driver-side handle on a group of policy workers (Ray actors): shards batches, gathers results."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+from torch import Tensor
+
+from nemo_rl.distributed.virtual_cluster import RayVirtualCluster
+from nemo_rl.distributed.worker_group import RayWorkerGroup
+from nemo_rl.models.generation.interfaces import GenerationConfig, GenerationOutput
+from nemo_rl.models.policy.interfaces import LossFunction, PolicyConfig
+
+# Workers are named by dotted path: only the chosen backend is imported (megatron is an extra).
+DTENSOR_WORKER = "nemo_rl.models.policy.workers.dtensor_policy_worker.DTensorPolicyWorker"
+MEGATRON_WORKER = "nemo_rl.models.megatron.megatron_policy_worker.MegatronPolicyWorker"
+
+
+def shard_batch(batch: Mapping[str, Tensor], parts: int) -> list[dict[str, Tensor]]:
+    """Split every tensor along dim 0 into `parts` equal shards (data parallelism)."""
+    n = next(iter(batch.values())).shape[0]
+    if n % parts:
+        raise ValueError(f"batch of {n} rows cannot be split evenly over {parts} workers")
+    size = n // parts
+    return [{k: v[i * size:(i + 1) * size] for k, v in batch.items()} for i in range(parts)]
+
+
+class Policy:
+    def __init__(self, config: PolicyConfig, cluster: RayVirtualCluster, init_reference_model: bool = False) -> None:
+        self.cfg = config
+        megatron = bool(config.get("megatron_cfg", {}).get("enabled", False))
+        worker = MEGATRON_WORKER if megatron else DTENSOR_WORKER
+        self.group = RayWorkerGroup(cluster, worker, config, init_reference_model=init_reference_model)
+
+    @property
+    def world_size(self) -> int:
+        return self.group.world_size
+
+    def info(self) -> list[dict[str, Any]]:
+        return self.group.run_all("info")
+
+    def train(self, batch: Mapping[str, Tensor], loss_fn: LossFunction) -> dict[str, float]:
+        results = self.group.run_sharded("train", [(s, loss_fn) for s in shard_batch(batch, self.world_size)])
+        return dict(results[0])  # every rank reports the same all-reduced figures
+
+    def evaluate(self, batch: Mapping[str, Tensor], loss_fn: LossFunction) -> dict[str, float]:
+        results = self.group.run_sharded("evaluate", [(s, loss_fn) for s in shard_batch(batch, self.world_size)])
+        return dict(results[0])
+
+    def get_logprobs(self, batch: Mapping[str, Tensor], reference: bool = False) -> Tensor:
+        parts = self.group.run_sharded("get_logprobs", [(s,) for s in shard_batch(batch, self.world_size)],
+                                       reference=reference)
+        return torch.cat(parts)
+
+    def generate(self, batch: Mapping[str, Tensor], cfg: GenerationConfig) -> GenerationOutput:
+        """Prompts must be left-padded to one length; every shard then stops at the same step."""
+        parts: list[GenerationOutput] = self.group.run_sharded(
+            "generate", [(s,) for s in shard_batch(batch, self.world_size)], cfg=cfg
+        )
+        return GenerationOutput(
+            output_ids=torch.cat([p["output_ids"] for p in parts]),
+            logprobs=torch.cat([p["logprobs"] for p in parts]),
+            response_mask=torch.cat([p["response_mask"] for p in parts]),
+            prompt_length=parts[0]["prompt_length"],
+            stop_reasons=[r for p in parts for r in p["stop_reasons"]],
+        )
+
+    def save_checkpoint(self, path: str) -> None:
+        self.group.run_all("save_checkpoint", path)
+
+    def load_checkpoint(self, path: str) -> int:
+        return int(self.group.run_all("load_checkpoint", path)[0])
+
+    def shutdown(self) -> None:
+        self.group.shutdown()

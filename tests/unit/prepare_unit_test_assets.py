@@ -1,0 +1,212 @@
+"""Build every asset the unit and functional tests use, offline.
+
+    uv run tests/unit/prepare_unit_test_assets.py [--force] [--out DIR]
+
+Makes, under tests/unit/test_assets/ (git-ignored):
+  tokenizer/     a byte-level BPE trained here with `tokenizers`, with a chat template
+  tiny_llama/    a Llama config with random weights, saved with save_pretrained (+ tokenizer)
+  tiny_qwen2/    the same for Qwen2
+  data/          sft_{train,val}.jsonl (chat) and math_{train,val}.jsonl (problems + answers)
+
+Idempotent: what is there and complete is reused (a second run takes about a second);
+--force rebuilds everything. Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "test_assets"
+VOCAB_SIZE = 1024
+SEED = 1234
+SPECIAL_TOKENS = ["<|pad|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+MATH_PROMPT = "Compute {a} {op} {b}. Put the final answer in \\boxed{{}}."
+
+# Made-up facts so the SFT set is learnable from its own content, not from pretraining.
+COUNTRIES = ["Avalor", "Brindle", "Corvania", "Dunmore", "Elbrea", "Fallow", "Gorse", "Hestia",
+             "Ivel", "Jorund", "Kestra", "Lumen", "Morrow", "Norvik", "Ostra", "Pellam"]
+CAPITALS = ["Aster", "Brook", "Cinder", "Dale", "Ember", "Fen", "Glen", "Holt",
+            "Isle", "Jade", "Keel", "Loft", "Marsh", "Nook", "Orchard", "Pike"]
+COLORS = ["red", "green", "blue", "yellow", "purple", "orange", "black", "white"]
+ANIMALS = ["cat", "dog", "fox", "owl", "bee", "elk", "yak", "emu"]
+
+
+def _math_items(rng: random.Random, n: int) -> list[dict[str, str]]:
+    items = []
+    for _ in range(n):
+        a, b = rng.randint(0, 9), rng.randint(0, 9)
+        op = rng.choice(["+", "+", "-"])
+        if op == "-" and b > a:
+            a, b = b, a
+        answer = a + b if op == "+" else a - b
+        items.append({"problem": MATH_PROMPT.format(a=a, op=op, b=b), "answer": str(answer)})
+    return items
+
+
+def _sft_conversation(rng: random.Random) -> dict[str, Any]:
+    kind = rng.randrange(4)
+    if kind == 0:
+        i = rng.randrange(len(COUNTRIES))
+        q, a = f"What is the capital of {COUNTRIES[i]}?", f"The capital of {COUNTRIES[i]} is {CAPITALS[i]}."
+    elif kind == 1:
+        word = "".join(rng.choice("abcdefgh") for _ in range(rng.randint(3, 6)))
+        q, a = f"Repeat the word {word} twice.", f"{word} {word}"
+    elif kind == 2:
+        i = rng.randrange(len(ANIMALS))
+        q, a = f"Which color is the {ANIMALS[i]}?", f"The {ANIMALS[i]} is {COLORS[i]}."
+    else:
+        item = _math_items(rng, 1)[0]
+        q, a = item["problem"], f"The answer is \\boxed{{{item['answer']}}}."
+    messages = [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
+    if rng.random() < 0.3:
+        messages.insert(0, {"role": "system", "content": "You are a concise assistant."})
+    return {"messages": messages}
+
+
+def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tmp.replace(path)
+
+
+def build_data(out: Path) -> None:
+    rng = random.Random(SEED)
+    out.mkdir(parents=True, exist_ok=True)
+    _write_jsonl(out / "sft_train.jsonl", [_sft_conversation(rng) for _ in range(2000)])
+    _write_jsonl(out / "sft_val.jsonl", [_sft_conversation(rng) for _ in range(200)])
+    _write_jsonl(out / "math_train.jsonl", _math_items(rng, 2000))
+    _write_jsonl(out / "math_val.jsonl", _math_items(rng, 200))
+
+
+def _corpus(data_dir: Path) -> Iterator[str]:
+    for name in ("sft_train.jsonl", "math_train.jsonl"):
+        for line in (data_dir / name).read_text().splitlines():
+            row = json.loads(line)
+            for m in row.get("messages", []):
+                yield m["content"]
+            if "problem" in row:
+                yield row["problem"]
+    # Varied filler so BPE reaches the vocabulary size with ordinary English pieces.
+    rng = random.Random(SEED + 1)
+    words = (COUNTRIES + CAPITALS + COLORS + ANIMALS + "the of and to in is it you that he was for on are "
+             "with as his they be at one have this from or had by word but what some we can out other "
+             "were all there when up use your how said an each she which do their time if will way "
+             "about many then them write would like so these her long make thing see him two has look "
+             "more day could go come did number sound no most people my over know water than call "
+             "first who may down side been now find any new work part take get place made live where "
+             "after back little only round man year came show every good me give our under name very "
+             "through just form sentence great think say help low line differ turn cause much mean "
+             "before move right boy old too same tell does set three want air well also play small "
+             "end put home read hand port large spell add even land here must big high such follow "
+             "act why ask men change went light kind off need house picture try us again animal point "
+             "mother world near build self earth father head stand own page should country found "
+             "answer school grow study still learn plant cover food sun four between state keep eye "
+             "never last let thought city tree cross farm hard start might story saw far sea draw "
+             "left late run while press close night real life few north compute final boxed put".split())
+    for _ in range(3000):
+        yield " ".join(rng.choice(words) for _ in range(12)) + f" {rng.randint(0, 999)}."
+
+
+def build_tokenizer(out: Path, data_dir: Path) -> None:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    # Digits split one by one so arithmetic answers are a single token per digit.
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE, special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+    )
+    tok.train_from_iterator(_corpus(data_dir), trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<|pad|>", eos_token="<|im_end|>",
+        bos_token="<|endoftext|>", unk_token=None,
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    fast.save_pretrained(str(tmp))
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+
+
+def _tiny_config(family: str, vocab_size: int, pad_id: int, eos_id: int, bos_id: int) -> Any:
+    from transformers import LlamaConfig, Qwen2Config
+
+    common: dict[str, Any] = dict(
+        vocab_size=vocab_size, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+        tie_word_embeddings=False, pad_token_id=pad_id, eos_token_id=eos_id, bos_token_id=bos_id,
+    )
+    return LlamaConfig(**common) if family == "llama" else Qwen2Config(**common)
+
+
+def build_model(out: Path, family: str, tokenizer_dir: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    torch.manual_seed(SEED)
+    config = _tiny_config(family, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id,
+                          tokenizer.bos_token_id)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(str(tmp))
+    tokenizer.save_pretrained(str(tmp))
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+
+
+def _complete(path: Path, marker: str) -> bool:
+    return (path / marker).exists()
+
+
+def prepare(out: Path = DEFAULT_OUT, force: bool = False, log: Callable[[str], None] = print) -> Path:
+    """Build whatever is missing under `out` (everything with force); return `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    steps: list[tuple[Path, str, Callable[[], None]]] = [
+        (out / "data", "math_val.jsonl", lambda: build_data(out / "data")),
+        (out / "tokenizer", "tokenizer.json", lambda: build_tokenizer(out / "tokenizer", out / "data")),
+        (out / "tiny_llama", "model.safetensors", lambda: build_model(out / "tiny_llama", "llama", out / "tokenizer")),
+        (out / "tiny_qwen2", "model.safetensors", lambda: build_model(out / "tiny_qwen2", "qwen2", out / "tokenizer")),
+    ]
+    for path, marker, build in steps:
+        if not force and _complete(path, marker):
+            log(f"[assets] reuse  {path.relative_to(out.parent)}")
+            continue
+        t0 = time.perf_counter()
+        build()
+        log(f"[assets] built  {path.relative_to(out.parent)} ({time.perf_counter() - t0:.1f} s)")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--force", action="store_true", help="rebuild every asset")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output directory")
+    args = parser.parse_args(argv)
+    prepare(args.out, force=args.force)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
