@@ -6,6 +6,7 @@ ends only when `all_done` says every rank has finished (an all-reduce in the wor
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable
 
 import torch
@@ -51,8 +52,10 @@ def generate(
     batch, prompt_len = input_ids.shape
     attn = attention_mask.clone()
     positions = (attn.cumsum(-1) - 1).clamp(min=0)
-    cache = DynamicCache()
-    out = model(input_ids=input_ids, attention_mask=attn, position_ids=positions, past_key_values=cache, use_cache=True)
+    # transformers renamed `past_key_values` to `cache`; accept whichever this version takes.
+    cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    cache = {cache_kw: DynamicCache()}
+    out = model(input_ids=input_ids, attention_mask=attn, position_ids=positions, use_cache=True, **cache)
     logits = out.logits[:, -1]
     next_pos = positions[:, -1] + 1
     stop = torch.tensor(stop_token_ids, device=device)
@@ -74,7 +77,7 @@ def generate(
             break
         attn = torch.cat([attn, torch.ones((batch, 1), dtype=attn.dtype, device=device)], dim=-1)
         out = model(input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos[:, None],
-                    past_key_values=cache, use_cache=True)
+                    use_cache=True, **cache)
         logits = out.logits[:, -1]
         next_pos = next_pos + 1
     if tokens:

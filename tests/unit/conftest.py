@@ -1,0 +1,62 @@
+"""Shared fixtures of the unit tests: offline assets and one Ray cluster per session."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+UNIT_DIR = Path(__file__).resolve().parent
+ASSETS = UNIT_DIR / "test_assets"
+
+
+@pytest.fixture(scope="session")
+def test_assets() -> Path:
+    """The offline assets, built on first use if missing (a few seconds)."""
+    spec = importlib.util.spec_from_file_location("prepare_unit_test_assets", UNIT_DIR / "prepare_unit_test_assets.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return Path(module.prepare(ASSETS, log=lambda _msg: None))
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(test_assets: Path) -> str:
+    return str(test_assets / "tiny_llama")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2(test_assets: Path) -> str:
+    return str(test_assets / "tiny_qwen2")
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[object]:
+    """Start Ray once for the session (or join RAY_ADDRESS / a local head) and stop what we started."""
+    import ray
+
+    from nemo_rl.distributed.ray_cluster import init_ray
+
+    already = ray.is_initialized()
+    info = init_ray()
+    yield info
+    if not already:
+        ray.shutdown()
+
+
+def policy_config(model_path: str, **overrides: object) -> dict:
+    """A small PolicyConfig for tests."""
+    cfg: dict = {
+        "model_name": model_path, "precision": "auto", "train_global_batch_size": 8,
+        "train_micro_batch_size": 4, "logprob_micro_batch_size": 4, "max_total_sequence_length": 64,
+        "max_grad_norm": 1.0, "optimizer": {"lr": 1e-3, "weight_decay": 0.0, "betas": [0.9, 0.999]},
+        "scheduler": {"warmup_steps": 0}, "megatron_cfg": {"enabled": False, "tensor_model_parallel_size": 1},
+    }
+    cfg.update(overrides)
+    return cfg
+
+
+os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
