@@ -6,7 +6,8 @@ Makes, under tests/unit/test_assets/ (git-ignored):
   tokenizer/     a byte-level BPE trained here with `tokenizers`, with a chat template
   tiny_llama/    a Llama config with random weights, saved with save_pretrained (+ tokenizer)
   tiny_qwen2/    the same for Qwen2
-  data/          sft_{train,val}.jsonl (chat) and math_{train,val}.jsonl (problems + answers)
+  data/          sft_{train,val}.jsonl (chat), math_{train,val}.jsonl (problems + answers)
+                 and math_sft_{train,val}.jsonl (the math problems as chat, for SFT warm-up)
 
 Idempotent: what is there and complete is reused (a second run takes about a second);
 --force rebuilds everything. Nothing is downloaded.
@@ -89,6 +90,12 @@ def build_data(out: Path) -> None:
     _write_jsonl(out / "sft_val.jsonl", [_sft_conversation(rng) for _ in range(200)])
     _write_jsonl(out / "math_train.jsonl", _math_items(rng, 2000))
     _write_jsonl(out / "math_val.jsonl", _math_items(rng, 200))
+    # The math problems as chat, for a short SFT warm-up before GRPO.
+    for split, n in (("train", 2000), ("val", 200)):
+        rows = [{"messages": [{"role": "user", "content": m["problem"]},
+                              {"role": "assistant", "content": f"The answer is \\boxed{{{m['answer']}}}."}]}
+                for m in _math_items(rng, n)]
+        _write_jsonl(out / f"math_sft_{split}.jsonl", rows)
 
 
 def _corpus(data_dir: Path) -> Iterator[str]:
@@ -184,7 +191,7 @@ def prepare(out: Path = DEFAULT_OUT, force: bool = False, log: Callable[[str], N
     """Build whatever is missing under `out` (everything with force); return `out`."""
     out.mkdir(parents=True, exist_ok=True)
     steps: list[tuple[Path, str, Callable[[], None]]] = [
-        (out / "data", "math_val.jsonl", lambda: build_data(out / "data")),
+        (out / "data", "math_sft_val.jsonl", lambda: build_data(out / "data")),
         (out / "tokenizer", "tokenizer.json", lambda: build_tokenizer(out / "tokenizer", out / "data")),
         (out / "tiny_llama", "model.safetensors", lambda: build_model(out / "tiny_llama", "llama", out / "tokenizer")),
         (out / "tiny_qwen2", "model.safetensors", lambda: build_model(out / "tiny_qwen2", "qwen2", out / "tokenizer")),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Mapping
 
 import torch
@@ -66,11 +67,12 @@ class Policy:
             stop_reasons=[r for p in parts for r in p["stop_reasons"]],
         )
 
+    # Paths are made absolute here: Ray workers do not share the driver's working directory.
     def save_checkpoint(self, path: str) -> None:
-        self.group.run_all("save_checkpoint", path)
+        self.group.run_all("save_checkpoint", str(Path(path).resolve()))
 
     def load_checkpoint(self, path: str) -> int:
-        return int(self.group.run_all("load_checkpoint", path)[0])
+        return int(self.group.run_all("load_checkpoint", str(Path(path).resolve()))[0])
 
     def shutdown(self) -> None:
         self.group.shutdown()

@@ -1,0 +1,103 @@
+"""Reward environment for math problems: extract the final answer, verify it, score 1 or 0.
+
+Scoring runs in `@ray.remote` actors (several when configured) so a slow symbolic check
+never blocks the training driver. Malformed responses score 0; nothing in here raises.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Sequence
+
+import ray
+
+# math-verify warns on every call made without its signal-based timeout (we bound input size instead).
+logging.getLogger("math_verify").setLevel(logging.ERROR)
+
+_ANSWER_LINE = re.compile(r"(?im)^\s*(?:final\s+)?answer\s*[:=]\s*(.+?)\s*$")
+
+
+def extract_boxed(text: str) -> str | None:
+    """Content of the last `\\boxed{...}` (nested braces allowed), or None."""
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return None
+    i, depth = start + len("\\boxed{"), 1
+    for j in range(i, len(text)):
+        if text[j] == "{":
+            depth += 1
+        elif text[j] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[i:j].strip()
+    return None  # unbalanced: treat as no answer
+
+
+def extract_answer(text: str) -> str | None:
+    """The final answer the prompt template asks for: `\\boxed{}` first, else an `Answer:` line."""
+    boxed = extract_boxed(text)
+    if boxed:
+        return boxed
+    lines = _ANSWER_LINE.findall(text)
+    return lines[-1].rstrip(".") if lines else None
+
+
+def _as_number(s: str) -> float | None:
+    try:
+        return float(s.replace(",", "").replace(" ", ""))
+    except ValueError:
+        return None
+
+
+def answers_match(predicted: str, reference: str) -> bool:
+    """Numerically first (cheap, exact for plain numbers), then symbolically with math-verify."""
+    a, b = _as_number(predicted), _as_number(reference)
+    if a is not None and b is not None:
+        return abs(a - b) <= 1e-6 * max(1.0, abs(b))
+    try:
+        from math_verify import parse, verify
+
+        # Timeouts use signals, which only work in a main thread: bound the work by size instead.
+        if len(predicted) > 200:
+            return False
+        gold = parse(f"${reference}$", parsing_timeout=None)  # type: ignore[arg-type]
+        pred = parse(f"${predicted}$", parsing_timeout=None)  # type: ignore[arg-type]
+        return bool(gold and pred and verify(gold, pred, timeout_seconds=None))
+    except Exception:  # any parser failure means "not verified"
+        return False
+
+
+def score_response(response: str, reference: str) -> float:
+    try:
+        answer = extract_answer(response)
+        return 1.0 if answer is not None and answers_match(answer, reference) else 0.0
+    except Exception:
+        return 0.0
+
+
+class MathVerifierWorker:
+    def score(self, responses: Sequence[str], references: Sequence[str]) -> list[float]:
+        return [score_response(r, a) for r, a in zip(responses, references)]
+
+
+class MathEnvironment:
+    """Driver-side handle: splits a batch over `num_workers` scoring actors."""
+
+    def __init__(self, num_workers: int = 1) -> None:
+        actor = ray.remote(num_cpus=0)(MathVerifierWorker)
+        self.workers = [actor.remote() for _ in range(max(1, num_workers))]
+
+    def score(self, responses: Sequence[str], references: Sequence[str]) -> list[float]:
+        if len(responses) != len(references):
+            raise ValueError(f"{len(responses)} responses for {len(references)} references")
+        n = len(self.workers)
+        chunk = -(-len(responses) // n) if responses else 1
+        refs = [w.score.remote(responses[i:i + chunk], references[i:i + chunk])
+                for w, i in zip(self.workers, range(0, len(responses), chunk))]
+        return [s for part in ray.get(refs) for s in part]
+
+    def shutdown(self) -> None:
+        for w in self.workers:
+            w.__ray_terminate__.remote()
+        self.workers = []
