@@ -11,6 +11,7 @@ import os
 import socket
 from typing import Any, Sequence
 
+import psutil
 import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -18,7 +19,7 @@ from nemo_rl.distributed.virtual_cluster import RayVirtualCluster
 
 # Environment that must reach every worker unchanged (multicast must stay off on shared GPUs).
 _FORWARDED_ENV = ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
-                  "COVERAGE_PROCESS_START", "PYTHONPATH")
+                  "COVERAGE_PROCESS_START", "COVERAGE_PROCESS_CONFIG", "PYTHONPATH")
 
 
 def resolve_class(spec: str | type) -> type:
@@ -36,6 +37,32 @@ def _rendezvous_address() -> tuple[str, int]:
         s.bind(("", 0))
         port = s.getsockname()[1]
     return ray.util.get_node_ip_address(), int(port)
+
+
+def _where(_actor: object) -> tuple[str, int]:
+    return ray.get_runtime_context().get_node_id(), os.getpid()
+
+
+def terminate_actors(actors: Sequence[Any], timeout_s: float = 30.0) -> None:
+    """End actors gracefully so their atexit handlers (coverage data) run; kill the stuck ones."""
+    if not actors:
+        return
+    places = ray.get([a.__ray_call__.remote(_where) for a in actors])
+    refs = {a.__ray_terminate__.remote(): a for a in actors}
+    _, stuck = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
+    for ref in stuck:
+        ray.kill(refs[ref], no_restart=True)
+    # The terminate call returns before the process has finished exiting: wait for the
+    # ones on this node, so what they write at exit is complete before Ray stops.
+    here = ray.get_runtime_context().get_node_id()
+    procs = []
+    for node, pid in places:
+        if node == here:
+            try:
+                procs.append(psutil.Process(pid))
+            except psutil.NoSuchProcess:
+                pass
+    psutil.wait_procs(procs, timeout=timeout_s)
 
 
 def init_distributed() -> None:
@@ -104,9 +131,6 @@ class RayWorkerGroup:
 
     def shutdown(self) -> None:
         """End the workers gracefully (their atexit handlers run), then free the resources."""
-        refs = {w.__ray_terminate__.remote(): w for w in self.workers}
-        _, stuck = ray.wait(list(refs), num_returns=len(refs), timeout=30)
-        for ref in stuck:  # only workers that did not exit in time are killed
-            ray.kill(refs[ref], no_restart=True)
+        terminate_actors(self.workers)
         self.workers = []
         self.cluster.shutdown()

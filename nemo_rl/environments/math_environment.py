@@ -12,6 +12,8 @@ from typing import Sequence
 
 import ray
 
+from nemo_rl.distributed.worker_group import terminate_actors
+
 # math-verify warns on every call made without its signal-based timeout (we bound input size instead).
 logging.getLogger("math_verify").setLevel(logging.ERROR)
 
@@ -98,6 +100,5 @@ class MathEnvironment:
         return [s for part in ray.get(refs) for s in part]
 
     def shutdown(self) -> None:
-        for w in self.workers:
-            w.__ray_terminate__.remote()
+        terminate_actors(self.workers)
         self.workers = []

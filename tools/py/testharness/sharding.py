@@ -1,1 +1,139 @@
-"""(being written)"""
+"""pytest options `--shard I/N` and `--shard-plan`: duration-balanced shards from history.
+
+A thin adapter: the durations come from `history.py`, the partition from `shard_plan.py`.
+Sharding is applied after every other selection (-k, -m, --hf-gated, testmon, ...) so the
+N shards together run exactly the tests one unsharded run would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass
+
+import pytest
+
+from testharness.history import HISTORY_ENV, History, load_history, recorded_durations, resolve_history_dir
+from testharness.shard_plan import ShardPlan, ShardSpecError, format_plan, parse_shard_spec, plan_shards
+
+
+@dataclass
+class _ShardState:
+    index: int
+    count: int
+    plan_only: bool
+    history: History | None = None
+    plan: ShardPlan | None = None
+    selected: int = 0  # tests selected before sharding
+
+
+_STATE = pytest.StashKey[_ShardState]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("testharness-shards", "duration-balanced shards (testharness)")
+    group.addoption(
+        "--shard",
+        metavar="I/N",
+        default=None,
+        help="run only shard I of N; shards are balanced by the test durations recorded in the history files",
+    )
+    group.addoption(
+        "--shard-plan",
+        action="store_true",
+        default=False,
+        help="with --shard I/N: print every shard's tests and expected seconds, then exit without running tests",
+    )
+    group.addoption(
+        "--history-dir",
+        metavar="DIR",
+        default=None,
+        help=f"results history to balance shards with (default: ${HISTORY_ENV}, "
+        "else [tool.testharness] results_dir + '/unit_results')",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    spec = config.getoption("shard")
+    plan_only = bool(config.getoption("shard_plan"))
+    if spec is None:
+        if plan_only:
+            raise pytest.UsageError("--shard-plan needs --shard I/N to know how many shards to plan (e.g. --shard 1/4)")
+        return
+    try:
+        index, count = parse_shard_spec(spec)
+    except ShardSpecError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.stash[_STATE] = _ShardState(index=index, count=count, plan_only=plan_only)
+
+
+# A wrapper, and the outermost one: its code after `yield` runs once every other
+# implementation (pytest's -k/-m, the harness's selection, testmon's trylast one) is done.
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> Generator[None, None, None]:
+    yield
+    state = config.stash.get(_STATE, None)
+    if state is None:
+        return
+    history_dir = resolve_history_dir(config.getoption("history_dir"), config.rootpath)
+    state.history = load_history(history_dir)
+    nodeids = list(dict.fromkeys(item.nodeid for item in items))  # unique, in collection order
+    state.selected = len(nodeids)
+    state.plan = plan_shards(nodeids, recorded_durations(state.history.runs), state.count)
+    if state.plan_only:
+        return  # keep the items: pytest_runtestloop prints the plan instead of running them
+    mine = set(state.plan.shards[state.index - 1].tests)
+    keep = [item for item in items if item.nodeid in mine]
+    drop = [item for item in items if item.nodeid not in mine]
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+    items[:] = keep
+
+
+def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Item]) -> list[str]:
+    state = config.stash.get(_STATE, None)
+    if state is None or state.history is None or state.plan is None:
+        return []
+    history = state.history
+    lines = [f"shard history: {len(history.runs)} run(s) in {history.directory}"]
+    lines += [f"shard history warning: {w}" for w in history.warnings]
+    if not state.plan_only:
+        shard = state.plan.shards[state.index - 1]
+        lines.append(
+            f"shard {state.index}/{state.count}: {len(shard.tests)} of {state.selected} selected tests, "
+            f"expected {shard.expected_seconds:.1f} s (slowest shard {state.plan.slowest_seconds:.1f} s, "
+            f"ideal {state.plan.ideal_seconds:.1f} s)"
+        )
+    return lines
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> bool | None:
+    state = session.config.stash.get(_STATE, None)
+    if state is None or not state.plan_only or state.plan is None:
+        return None
+    if session.testsfailed:
+        return None  # collection errors: let pytest report and stop as usual
+    lines = format_plan(state.plan, highlight=state.index)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    for line in lines:
+        if reporter is not None:
+            reporter.write_line(line)
+        else:
+            print(line)
+    return True  # handled: no test runs
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    state = session.config.stash.get(_STATE, None)
+    # More shards than tests leaves some shards empty: that shard did its job (exit 0).
+    # Zero tests selected before sharding is still "no tests collected" (exit 5).
+    if (
+        state is not None
+        and not state.plan_only
+        and state.selected > 0
+        and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED
+    ):
+        session.exitstatus = pytest.ExitCode.OK

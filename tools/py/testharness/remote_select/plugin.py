@@ -1,1 +1,137 @@
-"""pytest hooks that add remote-affected tests to testmon's selection."""
+"""pytest hooks that add remote-affected tests to pytest-testmon's selection.
+
+Inert unless `--testmon` was parsed and testmon registered its `TestmonSelect` plugin.
+All decisions live in `engine.py`; this module only translates hooks:
+
+* trylast `pytest_configure` (after testmon decided): build the plan, and remove the test
+  files that must be collected from `TestmonSelect.deselected_files`.
+* `pytest_collection_modifyitems` (tryfirst, so before testmon's trylast one): remove the
+  node ids that must run from `TestmonSelect.deselected_tests`. We only ever remove from
+  testmon's lists (a union), and `-k`/`-m` still filter afterwards as documented.
+* `pytest_runtest_logreport`: the outcome of every test that completed.
+* `pytest_sessionfinish` (also after -x, failures and Ctrl-C): write map and state.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .config import ConfigError, load_config
+from .engine import OK_OUTCOMES, Plan, RemoteSelector, describe, test_file_of
+
+PREFIX = "remote-select"
+
+
+def _testmon_select(config: pytest.Config) -> Any | None:
+    """testmon's selection plugin when `--testmon` is in effect (parsed options, not argv)."""
+    if not getattr(config.option, "testmon", False):
+        return None
+    return config.pluginmanager.get_plugin("TestmonSelect")
+
+
+class RemoteSelectSession:
+    """Per-session object registered only when the feature is active."""
+
+    def __init__(self, config: pytest.Config, testmon: Any, selector: RemoteSelector | None, lines: list[str]):
+        self.config = config
+        self.testmon = testmon
+        self.selector = selector
+        self.lines = lines
+        self.plan: Plan | None = None
+        self._phase: dict[str, str] = {}
+        self.outcomes: dict[str, str] = {}
+        self.collected: dict[str, list[str]] = {}
+        # Under xdist only the controller sees every report and may write the files.
+        self.writer = not hasattr(config, "workerinput")
+
+    def start(self) -> None:
+        if self.selector is None:
+            return
+        try:
+            self.plan = self.selector.plan()
+        except Exception as exc:  # a bug here must never hide tests: testmon alone decides
+            self.lines.append(f"{PREFIX}: warning: disabled for this run ({exc.__class__.__name__}: {exc})")
+            self.selector = None
+            return
+        self.lines += [f"{PREFIX}: warning: {m}" for m in self.plan.messages]
+        self.lines.append(describe(self.plan))
+        files = self.testmon.deselected_files
+        keep = [f for f in files if f.replace(os.sep, "/") not in self.plan.affected_files]
+        files[:] = keep
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        return self.lines
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        plan = self.plan
+        if plan is None:
+            return
+        collected: dict[str, list[str]] = {}
+        for item in items:
+            collected.setdefault(test_file_of(item.nodeid), []).append(item.nodeid)
+        self.collected = collected
+        must = {item.nodeid for item in items if plan.must_run(item.nodeid)}
+        if must:
+            tests = self.testmon.deselected_tests
+            tests[:] = [t for t in tests if t not in must]
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        nodeid = report.nodeid
+        if report.when == "setup":  # a new attempt (reruns included) starts here
+            self._phase[nodeid] = "passed" if report.passed else ("skipped" if report.skipped else "failed")
+            return
+        status = self._phase.get(nodeid, "failed")
+        if report.failed or report.outcome == "rerun":
+            status = "failed"
+        elif report.when == "call" and report.skipped and status == "passed":
+            status = "skipped"  # pytest.skip() in the body, or an xfail that failed as expected
+        self._phase[nodeid] = status
+        if report.when == "teardown":
+            # Only a completed protocol counts: Ctrl-C mid-test leaves no teardown report.
+            self.outcomes[nodeid] = status
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.plan is None or self.selector is None or not self.writer:
+            return
+        try:
+            self.selector.finish(self.plan, self.outcomes, self.collected)
+        except OSError as exc:
+            tr = self.config.pluginmanager.get_plugin("terminalreporter")
+            if tr is not None:
+                tr.write_line(f"{PREFIX}: warning: could not save its state ({exc})")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    testmon = _testmon_select(config)
+    if testmon is None:
+        return
+    root = Path(str(config.rootpath))
+    lines: list[str] = []
+    selector: RemoteSelector | None = None
+    try:
+        testpaths = list(config.getini("testpaths") or [])
+        patterns = list(config.getini("python_files") or [])
+        cfg = load_config(root, testpaths=testpaths, test_patterns=patterns)
+    except ConfigError as exc:
+        lines.append(f"{PREFIX}: warning: {exc}; remote-aware selection is off")
+    else:
+        if not cfg.source_packages:
+            lines.append(
+                f"{PREFIX}: warning: [tool.testharness] source_packages is not set in pyproject.toml; "
+                "remote-aware selection is off"
+            )
+        else:
+            selector = RemoteSelector(root, cfg)
+    session = RemoteSelectSession(config, testmon, selector, lines)
+    config.pluginmanager.register(session, "testharness-remote-select")
+    session.start()
+
+
+__all__ = ["pytest_configure", "OK_OUTCOMES"]

@@ -1,0 +1,167 @@
+# Helpers sourced by every functional test script (tests/functional/<name>.sh).
+#
+# A functional script defines two functions and hands over to `functional_main`:
+#
+#   run_experiment "$@"   the real run; write TensorBoard logs to $LOG_DIR and
+#                         checkpoints to $CKPT_DIR; "$@" = the user's config overrides
+#   check_experiment      `functional_check 'CHECK' ...` over $JSON_METRICS
+#
+# functional_main gives it: the experiment name from the script name, a fresh
+# tests/functional/<name>/ with logs/, run.log (a tee of everything) and metrics.json,
+# missing test assets built first, the run under `coverage run -a` (data file
+# tests/.coverage, source nemo_rl; with a parallel-mode coverage config the per-process
+# files, Ray workers' included, are combined into it), the checkpoint directory removed
+# on exit, then the TensorBoard dump and the metric checks. The exit status is the
+# run's when it failed, else the checks'.
+#
+# Each script also declares how many GPUs it needs in a header line that run_all.sh
+# reads:   # num-gpus: 0      (0 = runs on CPU, so CI runs it)
+#
+# Works from any cwd, under `uv run` (python = the project venv) or with plain python:
+# set PYTHON=/path/to/python to choose the interpreter.
+
+set -euo pipefail
+
+# The repo root, from this file's own location (not the caller's cwd).
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+FUNCTIONAL_DIR="$REPO_ROOT/tests/functional"
+
+# Interpreter: $PYTHON; else `python` inside an active venv (`uv run` activates the
+# project's); else the repo's .venv (e.g. `uv run` started outside the checkout);
+# else python, python3.
+if [[ -z "${PYTHON:-}" ]]; then
+    if [[ -n "${VIRTUAL_ENV:-}" ]] && command -v python >/dev/null 2>&1; then
+        PYTHON=python
+    elif [[ -x "$REPO_ROOT/.venv/bin/python" ]]; then
+        PYTHON="$REPO_ROOT/.venv/bin/python"
+    elif command -v python >/dev/null 2>&1; then
+        PYTHON=python
+    else
+        PYTHON=python3
+    fi
+fi
+export PYTHON
+
+COVERAGE_DATA_FILE="${COVERAGE_DATA_FILE:-$REPO_ROOT/tests/.coverage}"
+COVERAGE_SOURCE="${COVERAGE_SOURCE:-nemo_rl}"
+
+# Set the experiment paths for the script at $1 (its name without .sh).
+functional_init() {
+    local script="$1"
+    EXP_NAME="$(basename "$script" .sh)"
+    if [[ -z "$EXP_NAME" || "$EXP_NAME" == "common" || "$EXP_NAME" == "run_all" ]]; then
+        echo "error: '$script' is not a functional test script" >&2
+        return 2
+    fi
+    EXP_DIR="$FUNCTIONAL_DIR/$EXP_NAME"
+    LOG_DIR="$EXP_DIR/logs"
+    CKPT_DIR="$EXP_DIR/checkpoints"
+    RUN_LOG="$EXP_DIR/run.log"
+    JSON_METRICS="$EXP_DIR/metrics.json"
+    export EXP_NAME EXP_DIR LOG_DIR CKPT_DIR RUN_LOG JSON_METRICS
+}
+
+# Build the unit-test assets when any of the given paths (relative to the repo) is missing.
+functional_require_assets() {
+    local path
+    for path in "$@"; do
+        if [[ ! -e "$REPO_ROOT/$path" ]]; then
+            echo "[functional] missing $path: building test assets"
+            "$PYTHON" "$REPO_ROOT/tests/unit/prepare_unit_test_assets.py"
+            return $?
+        fi
+    done
+}
+
+# Run a Python script under coverage (appending to tests/.coverage) when coverage is installed.
+functional_python() {
+    if ! "$PYTHON" -c "import coverage" >/dev/null 2>&1; then
+        echo "[functional] warning: coverage is not installed; running without it (try: uv run --group test ...)"
+        "$PYTHON" "$@"
+        return
+    fi
+    local append=(-a)
+    # A parallel-mode config (e.g. [tool.coverage.run] patch = ["subprocess"], which
+    # measures Ray workers too) refuses -a: each process then writes its own file next
+    # to tests/.coverage and functional_combine_coverage appends them afterwards.
+    if "$PYTHON" -c "import coverage, sys; sys.exit(0 if coverage.Coverage().config.parallel else 1)" \
+        >/dev/null 2>&1; then
+        append=()
+    fi
+    "$PYTHON" -m coverage run "${append[@]}" --data-file="$COVERAGE_DATA_FILE" \
+        --source="$COVERAGE_SOURCE" "$@"
+}
+
+# Fold data files written by subprocesses (Ray workers, parallel mode) into tests/.coverage.
+functional_combine_coverage() {
+    local dir base
+    dir="$(dirname "$COVERAGE_DATA_FILE")"
+    base="$(basename "$COVERAGE_DATA_FILE")"
+    if compgen -G "$dir/$base.*" >/dev/null && "$PYTHON" -c "import coverage" >/dev/null 2>&1; then
+        "$PYTHON" -m coverage combine --append --quiet --data-file="$COVERAGE_DATA_FILE" "$dir" || true
+    fi
+}
+
+# Dump TensorBoard logs to $JSON_METRICS, then evaluate the checks given as arguments.
+functional_check() {
+    "$PYTHON" "$REPO_ROOT/tests/json_dump_tb_logs.py" "$LOG_DIR" --output_path "$JSON_METRICS" || return $?
+    "$PYTHON" "$REPO_ROOT/tests/check_metrics.py" "$JSON_METRICS" "$@" \
+        --table-width "$TABLE_WIDTH" --json "$EXP_DIR/checks.json"
+}
+
+_functional_cleanup() {
+    # Checkpoints are big and only exercise the save path: never leave them behind.
+    if [[ -n "${CKPT_DIR:-}" && -d "$CKPT_DIR" ]]; then
+        rm -rf "$CKPT_DIR"
+    fi
+}
+
+_functional_body() {
+    local start rc
+    echo "[functional] $EXP_NAME: $(date '+%Y-%m-%d %H:%M:%S'), repo $REPO_ROOT, python $(command -v "$PYTHON")"
+    echo "[functional] overrides: ${*:-(none)}"
+    start=$(date +%s)
+    rc=0
+    run_experiment "$@" || rc=$?
+    functional_combine_coverage
+    echo "[functional] run finished in $(( $(date +%s) - start ))s with exit status $rc"
+    _functional_cleanup
+    if (( rc != 0 )); then
+        echo "[functional] $EXP_NAME: FAIL (the run itself failed; see $RUN_LOG)"
+        return "$rc"
+    fi
+    rc=0
+    check_experiment || rc=$?
+    if (( rc == 0 )); then
+        echo "[functional] $EXP_NAME: PASS"
+    else
+        echo "[functional] $EXP_NAME: FAIL (metric checks; see $EXP_DIR/checks.json)"
+    fi
+    return "$rc"
+}
+
+# Entry point of every functional script: functional_main "$@" at its end.
+functional_main() {
+    local script="${BASH_SOURCE[1]}"
+    functional_init "$script"
+    if ! declare -F run_experiment >/dev/null || ! declare -F check_experiment >/dev/null; then
+        echo "error: $script must define run_experiment and check_experiment" >&2
+        return 2
+    fi
+    cd "$REPO_ROOT"
+    rm -rf "$EXP_DIR"
+    mkdir -p "$LOG_DIR"
+    # The table is printed through tee (not a terminal): size it for the real terminal.
+    if [[ -z "${TABLE_WIDTH:-}" && -t 1 ]]; then
+        TABLE_WIDTH="$(tput cols 2>/dev/null || echo 200)"
+    fi
+    export TABLE_WIDTH="${TABLE_WIDTH:-200}"
+    trap _functional_cleanup EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    local rc=0
+    # The body's output goes to the terminal and to run.log; its status survives the pipe.
+    # With pipefail the pipeline's status is the body's unless tee itself fails.
+    _functional_body "$@" 2>&1 | tee "$RUN_LOG" || rc=$?
+    return "$rc"
+}

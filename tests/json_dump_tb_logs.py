@@ -1,0 +1,22 @@
+"""Dump TensorBoard scalars to JSON (entry point into tools/py: testharness.tb_dump).
+
+    uv run tests/json_dump_tb_logs.py LOG_DIR --output_path OUT.json [--error-on-conflicts]
+
+Writes {"metric/name": {"<step>": value, ...}, ...} from every event file under LOG_DIR.
+"""
+
+import sys
+from pathlib import Path
+
+try:
+    import testharness.tb_dump  # noqa: F401
+except ImportError:
+    # tools/py not installed (plain python, no uv): use the checkout's copy.
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools" / "py"))
+
+from testharness.tb_dump import dump_tb_logs, main
+
+__all__ = ["dump_tb_logs", "main"]
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Unit tests: bash tests/run_unit.sh [--hf-gated] [--mcore-only] [--rerun-failures N]
+#                                    [--shard I/N] [--shard-plan] [pytest args | paths]
+# Run it as: uv run --group test bash tests/run_unit.sh   (see --help)
+# The logic (flags, Ray/GPU discovery, assets, exit codes) is testharness.unit_runner.
+set -euo pipefail
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PYTHON="${PYTHON:-python}"
+
+# find_spec, not import: importing Ray takes seconds.
+if ! "$PYTHON" -c 'import importlib.util as u, sys; sys.exit(not (u.find_spec("pytest") and u.find_spec("ray")))' >/dev/null 2>&1; then
+    echo "run_unit: pytest and ray must be importable by '$PYTHON';" \
+         "run it as: uv run --group test bash tests/run_unit.sh" >&2
+    exit 2
+fi
+# Without uv the harness may not be installed: use it from the checkout.
+if ! "$PYTHON" -c 'import importlib.util as u, sys; sys.exit(not u.find_spec("testharness"))' >/dev/null 2>&1; then
+    export PYTHONPATH="$REPO_ROOT/tools/py${PYTHONPATH:+:$PYTHONPATH}"
+fi
+export TESTHARNESS_ROOT="${TESTHARNESS_ROOT:-$REPO_ROOT}"
+exec "$PYTHON" -m testharness.unit_runner "$@"

@@ -1,0 +1,223 @@
+"""Core of remote-aware selection: config, import graph, state files, engine (no pytest hooks)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+from testharness.remote_select import graph as graph_mod
+from testharness.remote_select import store
+from testharness.remote_select.config import ConfigError, SelectConfig, load_config
+from testharness.remote_select.engine import RemoteSelector
+from testharness.remote_select.graph import (
+    build_graph,
+    hash_files,
+    parse_refs,
+    scan_files,
+)
+
+CFG = SelectConfig(source_packages=("pkg",), source_roots=("",), test_roots=("tests",))
+
+
+def _tree(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(text).lstrip("\n"))
+
+
+def _closure(root: Path, rel: str, cfg: SelectConfig = CFG) -> set[str]:
+    files = scan_files(str(root), cfg)
+    digests = hash_files(files)
+    refs = {d: parse_refs(Path(files[r]).read_bytes()) for r, d in digests.items()}
+    g = build_graph(cfg, digests, refs)
+    return {p for p in g.bits_to_paths(g.closure_bits(rel)) if p in digests}
+
+
+BASE = {
+    "pkg/__init__.py": "",
+    "pkg/a/__init__.py": "from . import b\n",
+    "pkg/a/b.py": "from .c import f\nfrom ..util import g\n",
+    "pkg/a/c.py": "def f(): pass\n",
+    "pkg/util.py": "import pkg.deep.mod\n",
+    "pkg/deep/__init__.py": "",
+    "pkg/deep/mod.py": "X = 1\n",
+    "pkg/actors.py": "class Worker: pass\n",
+    "pkg/other.py": "import os\n",
+    "pkg/cyc1.py": "from pkg import cyc2\n",
+    "pkg/cyc2.py": "from pkg import cyc1\n",
+    "conftest.py": "",
+    "tests/conftest.py": "",
+    "tests/sub/test_x.py": "from pkg import a\n",
+    "tests/sub/test_str.py": 'CLS = "pkg.actors.Worker"\nOTHER = "pkg.actors:Worker"\n',
+    "tests/sub/test_cyc.py": "import pkg.cyc1\n",
+    "tests/sub/helper.py": "import pkg.other\n",
+    "tests/sub/test_helper.py": "import helper\n",
+}
+
+
+def test_closure_follows_packages_relative_and_absolute_imports(tmp_path: Path) -> None:
+    _tree(tmp_path, BASE)
+    got = _closure(tmp_path, "tests/sub/test_x.py")
+    assert got == {
+        "tests/sub/test_x.py",
+        "pkg/__init__.py",
+        "pkg/a/__init__.py",  # from pkg import a (a package)
+        "pkg/a/b.py",  # from . import b inside a/__init__
+        "pkg/a/c.py",  # from .c import f
+        "pkg/util.py",  # from ..util import g
+        "pkg/deep/__init__.py",  # import pkg.deep.mod: every package on the way
+        "pkg/deep/mod.py",
+        "conftest.py",  # the conftest chain, root included
+        "tests/conftest.py",
+    }
+
+
+def test_dotted_strings_and_cycles_and_sibling_helpers(tmp_path: Path) -> None:
+    _tree(tmp_path, BASE)
+    assert "pkg/actors.py" in _closure(tmp_path, "tests/sub/test_str.py")
+    cyc = _closure(tmp_path, "tests/sub/test_cyc.py")
+    assert {"pkg/cyc1.py", "pkg/cyc2.py"} <= cyc
+    # `import helper` from a test dir without __init__ (pytest's rootdir insertion)
+    assert {"tests/sub/helper.py", "pkg/other.py"} <= _closure(tmp_path, "tests/sub/test_helper.py")
+
+
+def test_unrelated_modules_are_not_in_the_closure(tmp_path: Path) -> None:
+    _tree(tmp_path, BASE)
+    got = _closure(tmp_path, "tests/sub/test_x.py")
+    assert "pkg/actors.py" not in got and "pkg/other.py" not in got
+
+
+def test_phantoms_make_deleted_and_created_modules_visible(tmp_path: Path) -> None:
+    _tree(tmp_path, {"pkg/__init__.py": "def name(): pass\n", "tests/test_p.py": "from pkg import name\n"})
+    files = scan_files(str(tmp_path), CFG)
+    digests = hash_files(files)
+    refs = {d: parse_refs(Path(files[r]).read_bytes()) for r, d in digests.items()}
+    g = build_graph(CFG, digests, refs)
+    closure = g.bits_to_paths(g.closure_bits("tests/test_p.py"))
+    assert "pkg/name.py" in closure  # would become a module if created
+    assert "tests/conftest.py" in closure  # a conftest created later would apply
+
+
+def test_parse_refs_encoding() -> None:
+    src = b"import a.b\nfrom . import c\nfrom ..d import e, f\nX = 'pkg.mod:Cls'\nY = 'examples/run.py'\n"
+    assert parse_refs(src) == ["i:a.b", "f:1::c", "f:2:d:e,f", "s:pkg.mod.Cls", "p:examples/run.py"]
+    assert parse_refs(b"def broken(:\n") == []
+
+
+def test_paths_are_repo_relative_posix_and_digests_are_contents(tmp_path: Path) -> None:
+    _tree(tmp_path, BASE)
+    files = scan_files(str(tmp_path), CFG)
+    assert all(not Path(rel).is_absolute() and "\\" not in rel for rel in files)
+    before = hash_files(files)
+    import os
+
+    for path in files.values():
+        os.utime(path, (1, 1))
+    assert hash_files(files) == before
+
+
+def test_rebuild_reparses_only_changed_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _tree(tmp_path, BASE)
+    sel = RemoteSelector(tmp_path, CFG)
+    plan = sel.plan()
+    sel.finish(plan, {}, {})
+    calls: list[bytes] = []
+    real = graph_mod.parse_refs
+
+    def counting(source: bytes) -> list[str]:
+        calls.append(source)
+        return real(source)
+
+    monkeypatch.setattr("testharness.remote_select.engine.parse_refs", counting)
+    (tmp_path / "pkg/a/c.py").write_text("def f(): return 1\n")
+    (tmp_path / "tests/sub/test_new.py").write_text("import pkg\n")
+    sel.plan()
+    assert sorted(calls) == [b"def f(): return 1\n", b"import pkg\n"]
+
+
+def test_engine_selects_by_content_and_records_only_passes(tmp_path: Path) -> None:
+    _tree(tmp_path, BASE)
+    sel = RemoteSelector(tmp_path, CFG)
+    a, s = "tests/sub/test_x.py::test_a[1-x]", "tests/sub/test_str.py::test_s"
+    plan = sel.plan()
+    assert plan.must_run(a) and plan.must_run(s)  # never passed
+    sel.finish(plan, {a: "passed", s: "passed"}, {"tests/sub/test_x.py": [a], "tests/sub/test_str.py": [s]})
+    plan = sel.plan()
+    assert not plan.must_run(a) and not plan.must_run(s)
+    assert plan.affected_files == {"tests/sub/test_cyc.py", "tests/sub/test_helper.py"}  # never ran
+
+    (tmp_path / "pkg/actors.py").write_text("class Worker:\n    x = 1\n")
+    plan = sel.plan()
+    assert plan.must_run(s) and not plan.must_run(a)
+    assert plan.changed == ["pkg/actors.py"]
+    sel.finish(plan, {s: "failed"}, {})
+    assert sel.plan().must_run(s)  # a failure keeps the trigger
+    sel.finish(sel.plan(), {}, {})  # not run at all: still kept
+    plan = sel.plan()
+    assert plan.must_run(s)
+    sel.finish(plan, {s: "passed"}, {})
+    assert not sel.plan().must_run(s)
+    state = json.loads((tmp_path / store.STATE_NAME).read_text())
+    assert set(state["tests"]) == {a, s}
+    assert len(state["generations"]) == 1  # unchanged tests moved to the new generation
+
+
+def test_map_lists_graph_and_node_ids(tmp_path: Path) -> None:
+    _tree(tmp_path, BASE)
+    sel = RemoteSelector(tmp_path, CFG)
+    a = "tests/sub/test_x.py::test_a"
+    sel.finish(sel.plan(), {a: "passed"}, {"tests/sub/test_x.py": [a]})
+    data = json.loads((tmp_path / store.MAP_NAME).read_text())
+    assert data["tests"]["tests/sub/test_x.py"]["nodeids"] == [a]
+    assert "pkg/deep/mod.py" in data["deps"]["pkg/util.py"]
+    text = json.dumps(data)
+    assert str(tmp_path) not in text
+
+
+def test_explain_cli_prints_a_closure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from testharness.remote_select.__main__ import main
+
+    _tree(tmp_path, BASE)
+    (tmp_path / "pyproject.toml").write_text("[tool.testharness]\nsource_packages = ['pkg']\ntest_roots = ['tests']\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["tests/sub/test_x.py"]) == 0
+    assert "  pkg/deep/mod.py" in capsys.readouterr().out
+    assert main(["nope.py"]) == 2
+
+
+def test_atomic_write_leaves_no_temp_files(tmp_path: Path) -> None:
+    store.write_json_atomic(tmp_path / "x.json", {"a": 1})
+    assert [p.name for p in tmp_path.iterdir()] == ["x.json"]
+    assert json.loads((tmp_path / "x.json").read_text()) == {"a": 1}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[tool.testharness]\nsource_packages = 3\n", "source_packages must be a list of strings"),
+        ("[tool.testharness]\nsource_packages = ['a-b']\n", "is not a top-level package name"),
+        ("[tool.testharness]\nsource_packages = ['a']\nsource_roots = ['/abs']\n", "must be a path inside"),
+        ("[tool.testharness\n", "cannot parse"),
+    ],
+)
+def test_config_errors_are_one_line(tmp_path: Path, text: str, message: str) -> None:
+    (tmp_path / "pyproject.toml").write_text(text)
+    with pytest.raises(ConfigError, match=message) as info:
+        load_config(tmp_path)
+    assert "\n" not in str(info.value)
+
+
+def test_config_defaults_and_fallbacks(tmp_path: Path) -> None:
+    assert load_config(tmp_path).source_packages == ()
+    (tmp_path / "pyproject.toml").write_text("[tool.testharness]\nsource_packages = ['nemo_rl']\n")
+    cfg = load_config(tmp_path, testpaths=["tests/unit"])
+    assert cfg.source_packages == ("nemo_rl",)
+    assert cfg.source_roots == ("",) and cfg.test_roots == ("tests/unit",)
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.testharness]\nsource_packages = ['x']\nsource_roots = ['src']\ntest_roots = ['t']\n"
+    )
+    cfg = load_config(tmp_path, testpaths=["ignored"])
+    assert cfg.source_roots == ("src",) and cfg.test_roots == ("t",)

@@ -1,0 +1,103 @@
+"""tests/run_unit.sh flag handling and exit codes, on a tiny project (subprocess)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "run_unit.sh"
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A tiny project that loads the harness like the real repo does (root conftest)."""
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.testharness]\nresults_dir = "tests/unit"\ntest_roots = ["tests/unit"]\n'
+        '[tool.pytest.ini_options]\nmarkers = ["hf_gated: g", "mcore: m", "run_first: f", '
+        '"num_gpus(n): n"]\n'
+    )
+    (tmp_path / "conftest.py").write_text(
+        'pytest_plugins = ["testharness.selection", "testharness.tracker"]\n'
+    )
+    unit = tmp_path / "tests" / "unit"
+    unit.mkdir(parents=True)
+    (unit / "test_ok.py").write_text("def test_ok(tracker):\n    tracker.track('v', 1)\n")
+    (tmp_path / "failing").mkdir()
+    (tmp_path / "failing" / "test_bad.py").write_text("def test_bad():\n    assert False\n")
+    (tmp_path / "empty").mkdir()
+    return tmp_path
+
+
+def _run(project: Path, *args: str, python: str = sys.executable) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TESTHARNESS_"))}
+    env.update(
+        PYTHON=python,
+        TESTHARNESS_ROOT=str(project),
+        TESTHARNESS_NO_DISCOVERY="1",  # no Ray probing / asset building in these tests
+    )
+    return subprocess.run(
+        ["bash", str(SCRIPT), *args], cwd=project, env=env, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+
+
+def test_help(project: Path) -> None:
+    proc = _run(project, "--help")
+    assert proc.returncode == 0
+    assert "usage: bash tests/run_unit.sh [--hf-gated] [--mcore-only]" in proc.stdout
+
+
+def test_passing_run_writes_results(project: Path) -> None:
+    proc = _run(project)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "--durations=15" in proc.stdout
+    assert "run_unit: all selected tests passed" in proc.stdout
+    assert (project / "tests" / "unit" / "unit_results.json").is_file()
+
+
+def test_failure_is_reported_and_non_zero(project: Path) -> None:
+    proc = _run(project, "failing")
+    assert proc.returncode == 1
+    assert "run_unit: FAILED" in proc.stderr
+
+
+def test_selection_matching_nothing_is_not_a_failure(project: Path) -> None:
+    proc = _run(project, "-k", "no_such_test")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "no tests collected: the selection" in proc.stdout
+
+
+def test_no_test_found_is_a_failure(project: Path) -> None:
+    proc = _run(project, "empty")
+    assert proc.returncode == 5
+    assert "no tests collected: no test found" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "args", [("--rerun-failures", "x"), ("--rerun-failures",), ("--no-such-flag",)]
+)
+def test_bad_flags_print_usage_and_exit_2(project: Path, args: tuple[str, ...]) -> None:
+    proc = _run(project, *args)
+    assert proc.returncode == 2
+    assert "usage: bash tests/run_unit.sh" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_rerun_failures_becomes_reruns(project: Path) -> None:
+    proc = _run(project, "--rerun-failures", "2", "failing")
+    assert proc.returncode == 1
+    assert "--reruns 2" in proc.stdout
+    assert "2 rerun" in proc.stdout
+
+
+def test_missing_pytest_or_ray_says_how_to_run_it(project: Path, tmp_path: Path) -> None:
+    bare = tmp_path / "bare-python"
+    bare.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')  # -S: no site-packages
+    bare.chmod(0o755)
+    proc = _run(project, python=str(bare))
+    assert proc.returncode == 2
+    assert "run it as: uv run --group test bash tests/run_unit.sh" in proc.stderr

@@ -1,0 +1,187 @@
+"""--hf-gated / --mcore-only selection, -m / -k, missing megatron, run_first, num_gpus, hf skips."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+from testharness import hf_cache
+from testharness.selection import selected
+
+HARNESS_PLUGINS = ("-p", "testharness.selection", "-p", "testharness.tracker")
+
+MARKERS = """
+[pytest]
+markers =
+    hf_gated: gated
+    mcore: megatron
+    run_first: first
+    num_gpus(n): gpus
+"""
+
+FOUR = """
+import pytest
+
+def test_plain(): pass
+
+@pytest.mark.hf_gated
+def test_gated(): pass
+
+@pytest.mark.mcore
+def test_mcore(): pass
+
+@pytest.mark.mcore
+@pytest.mark.hf_gated
+def test_mcore_gated(): pass
+"""
+
+# configuration flags -> expected tests (the issue's table)
+MATRIX = {
+    (): {"test_plain"},
+    ("--hf-gated",): {"test_plain", "test_gated"},
+    ("--mcore-only",): {"test_mcore"},
+    ("--mcore-only", "--hf-gated"): {"test_mcore", "test_mcore_gated"},
+}
+
+
+@pytest.fixture
+def fake_megatron(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--mcore-only needs `import megatron.core` to work; megatron is not installed here."""
+    pkg = types.ModuleType("megatron")
+    core = types.ModuleType("megatron.core")
+    pkg.core = core  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "megatron", pkg)
+    monkeypatch.setitem(sys.modules, "megatron.core", core)
+
+
+def _collected(pytester: pytest.Pytester, *args: str) -> set[str]:
+    result = pytester.runpytest_inprocess(*HARNESS_PLUGINS, "--collect-only", "-q", *args)
+    return {line.split("::")[-1] for line in result.outlines if "::" in line}
+
+
+@pytest.mark.parametrize("flags", list(MATRIX), ids=lambda f: " ".join(f) or "default")
+def test_four_configurations(
+    pytester: pytest.Pytester, fake_megatron: None, flags: tuple[str, ...]
+) -> None:
+    pytester.makeini(MARKERS)
+    pytester.makepyfile(test_four=FOUR)
+    assert _collected(pytester, *flags) == MATRIX[flags]
+
+
+def test_selected_pure_matrix() -> None:
+    for flags, expected in MATRIX.items():
+        for name, marks in [
+            ("test_plain", set()),
+            ("test_gated", {"hf_gated"}),
+            ("test_mcore", {"mcore"}),
+            ("test_mcore_gated", {"mcore", "hf_gated"}),
+        ]:
+            assert selected(marks, "--hf-gated" in flags, "--mcore-only" in flags) == (
+                name in expected
+            ), (flags, name)
+
+
+def test_explicit_m_replaces_the_rules(pytester: pytest.Pytester) -> None:
+    pytester.makeini(MARKERS)
+    pytester.makepyfile(test_four=FOUR)
+    assert _collected(pytester, "-m", "hf_gated") == {"test_gated", "test_mcore_gated"}
+    assert _collected(pytester, "-m", "not mcore") == {"test_plain", "test_gated"}
+
+
+def test_k_combines_with_the_rules(pytester: pytest.Pytester, fake_megatron: None) -> None:
+    pytester.makeini(MARKERS)
+    pytester.makepyfile(test_four=FOUR)
+    assert _collected(pytester, "--hf-gated", "-k", "gated") == {"test_gated"}
+    assert _collected(pytester, "--mcore-only", "--hf-gated", "-k", "gated") == {
+        "test_mcore_gated"
+    }
+    assert _collected(pytester, "-k", "mcore") == set()
+
+
+def test_missing_megatron_stops_with_one_line(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # None in sys.modules makes `import megatron.core` raise ImportError, installed or not.
+    monkeypatch.setitem(sys.modules, "megatron", None)
+    monkeypatch.setitem(sys.modules, "megatron.core", None)
+    pytester.makeini(MARKERS)
+    pytester.makepyfile(test_four=FOUR)
+    result = pytester.runpytest_inprocess(*HARNESS_PLUGINS, "--mcore-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [line for line in result.errlines if line.strip()]
+    assert len(errors) == 1, result.errlines
+    assert errors[0].startswith("ERROR: --mcore-only needs megatron-core")
+    assert "uv run --extra mcore --group test" in errors[0]
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+    assert "collected" not in result.stdout.str()  # stopped before collection
+
+
+def test_run_first_runs_first(pytester: pytest.Pytester) -> None:
+    pytester.makeini(MARKERS)
+    pytester.makepyfile(
+        test_a="def test_a1(): pass\ndef test_a2(): pass\n",
+        test_b="import pytest\n@pytest.mark.run_first\ndef test_b_first(): pass\n"
+        "def test_b2(): pass\n",
+    )
+    result = pytester.runpytest_inprocess(*HARNESS_PLUGINS, "-v")
+    order = [line.split("::")[1].split()[0] for line in result.outlines if " PASSED" in line]
+    assert order == ["test_b_first", "test_a1", "test_a2", "test_b2"]
+
+
+def test_num_gpus_skips_with_the_count(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TESTHARNESS_NUM_GPUS", "1")
+    pytester.makeini(MARKERS)
+    pytester.makepyfile(
+        test_g="import pytest\n"
+        "@pytest.mark.num_gpus(1)\ndef test_one(): pass\n"
+        "@pytest.mark.num_gpus(2)\ndef test_two(): pass\n"
+    )
+    result = pytester.runpytest_inprocess(*HARNESS_PLUGINS, "-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*needs 2 GPUs, 1 available*"])
+
+
+def test_hf_gated_model_skip_names_the_model(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: object
+) -> None:
+    import huggingface_hub.constants as hc
+
+    monkeypatch.setattr(hc, "HF_HUB_CACHE", str(tmp_path))  # an empty cache
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    pytester.makeini(MARKERS)
+    pytester.makepyfile(
+        test_h="import pytest\n"
+        "@pytest.mark.hf_gated('org-x/gated-model')\ndef test_h(): pass\n"
+    )
+    result = pytester.runpytest_inprocess(*HARNESS_PLUGINS, "--hf-gated", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*gated model org-x/gated-model is not in the local*"])
+
+
+def test_hf_model_available_from_cache_or_token(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: object
+) -> None:
+    from pathlib import Path
+
+    import huggingface_hub.constants as hc
+
+    cache = Path(str(tmp_path))
+    monkeypatch.setattr(hc, "HF_HUB_CACHE", str(cache))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert "org/m" in (hf_cache.model_unavailable_reason("org/m") or "")
+    # the layout huggingface_hub writes: models--org--m/{refs/main, snapshots/<sha>/config.json}
+    repo = cache / "models--org--m"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("abc")
+    (repo / "snapshots" / "abc").mkdir(parents=True)
+    (repo / "snapshots" / "abc" / "config.json").write_text("{}")
+    assert hf_cache.model_unavailable_reason("org/m") is None
+    # not cached, online, token set: a download is allowed
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setenv("HF_TOKEN", "hf_x")
+    assert hf_cache.model_unavailable_reason("org/other") is None

@@ -1,0 +1,198 @@
+"""The tracker fixture and unit_results.json, through inner pytest runs (pytester)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HARNESS_PLUGINS = ("-p", "testharness.selection", "-p", "testharness.tracker")
+
+TRACKED = """
+import pytest
+
+def test_exponentiate(tracker):
+    start = tracker.get_max_mem()
+    tracker.track("result", 2 ** 4)
+    tracker.log_max_mem("mem_after")
+    tracker.track("change_in_mem", tracker.get_max_mem() - start)
+
+@pytest.mark.parametrize("n", [1, 2], ids=["one", "two"])
+def test_param(tracker, n):
+    tracker.track("n", n)
+
+def test_untracked():
+    pass
+"""
+
+
+def _run(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, dict[str, Any]]:
+    out = pytester.path / "results"
+    result = pytester.runpytest_inprocess(
+        *HARNESS_PLUGINS, f"--unit-results-dir={out}", *args, no_reraise_ctrlc=True
+    )
+    return result, json.loads((out / "unit_results.json").read_text())
+
+
+def test_keys_elapsed_and_param_ids(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_mod=TRACKED)
+    result, doc = _run(pytester)
+    result.assert_outcomes(passed=4)
+    m = doc["metrics"]
+    assert set(m) == {"test_mod::test_exponentiate", "test_mod::test_param[one]",
+                      "test_mod::test_param[two]"}  # fmt: skip
+    assert m["test_mod::test_param[one]"]["n"] == 1
+    assert m["test_mod::test_param[two]"]["n"] == 2
+    assert all(isinstance(v["_elapsed"], float) and v["_elapsed"] >= 0 for v in m.values())
+    exp = m["test_mod::test_exponentiate"]
+    assert exp["result"] == 16 and exp["mem_after"] > 0
+    assert doc["memory_unit"] == "MiB" and doc["memory_source"] in ("gpu", "rss")
+    assert doc["exit_status"] == 0
+    assert doc["coverage"].startswith("not measured: run with --cov=")
+    # every test has an outcome, tracker or not
+    assert doc["tests"]["test_mod.py::test_untracked"] == {
+        "key": "test_mod::test_untracked", "outcome": "passed",
+        "duration": doc["tests"]["test_mod.py::test_untracked"]["duration"], "attempts": ["passed"],
+    }  # fmt: skip
+    dated = list((pytester.path / "results" / "unit_results").glob("*.json"))
+    assert len(dated) == 1 and json.loads(dated[0].read_text()) == doc
+
+
+def test_track_rejects_a_non_json_value_naming_the_metric(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_bad="def test_bad(tracker):\n    tracker.track('weights', object())\n")
+    result, doc = _run(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*MetricError: metric 'weights'*not JSON-serialisable*"])
+    assert doc["exit_status"] == 1
+
+
+def test_failing_test_writes_exit_status_1(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_f="def test_ok(tracker):\n    tracker.track('a', 1)\n"
+        "def test_fails(tracker):\n    tracker.track('b', 2)\n    assert False\n"
+        "import pytest\n@pytest.mark.skip(reason='x')\ndef test_skip(): pass\n"
+        "@pytest.mark.xfail\ndef test_xf(): assert False\n"
+    )
+    result, doc = _run(pytester)
+    assert result.ret == 1
+    assert doc["exit_status"] == 1
+    assert doc["metrics"]["test_f::test_fails"]["b"] == 2  # metrics survive the failure
+    outcomes = {k.split("::")[1]: v["outcome"] for k, v in doc["tests"].items()}
+    assert outcomes == {"test_ok": "passed", "test_fails": "failed", "test_skip": "skipped",
+                        "test_xf": "xfailed"}  # fmt: skip
+
+
+def test_keyboard_interrupt_still_writes(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_k="def test_a(tracker):\n    tracker.track('a', 1)\n"
+        "def test_ctrl_c():\n    raise KeyboardInterrupt\n"
+        "def test_never(): pass\n"
+    )
+    result, doc = _run(pytester)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    assert doc["exit_status"] == 2
+    assert doc["metrics"]["test_k::test_a"]["a"] == 1
+    assert doc["tests"]["test_k.py::test_a"]["outcome"] == "passed"
+    assert "test_k.py::test_never" not in doc["tests"]
+
+
+def test_no_test_selected_still_writes(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_mod=TRACKED)
+    result, doc = _run(pytester, "-k", "no_such_test")
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    assert doc["exit_status"] == 5 and doc["metrics"] == {} and doc["tests"] == {}
+
+
+def test_reruns_are_recorded_as_attempts(pytester: pytest.Pytester) -> None:
+    flag = pytester.path / "flag"
+    pytester.makepyfile(
+        test_r=f"import pathlib\nFLAG = pathlib.Path({str(flag)!r})\n"
+        "def test_flaky(tracker):\n"
+        "    first = not FLAG.exists()\n    FLAG.touch()\n"
+        "    tracker.track('first', first)\n    assert not first\n"
+    )
+    result, doc = _run(pytester, "--reruns", "2")  # pytest-rerunfailures (auto-loaded)
+    assert result.parseoutcomes() == {"passed": 1, "rerun": 1}
+    rec = doc["tests"]["test_r.py::test_flaky"]
+    assert rec["attempts"] == ["failed", "passed"] and rec["outcome"] == "passed"
+    assert doc["metrics"]["test_r::test_flaky"]["first"] is False  # the final attempt's metrics
+
+
+def test_results_go_to_the_configured_dir_only_for_the_test_roots(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TESTHARNESS_RESULTS_DIR", raising=False)
+    pytester.makepyprojecttoml(
+        '[tool.testharness]\nresults_dir = "out"\ntest_roots = ["tests/unit"]\n'
+        '[tool.pytest.ini_options]\ntestpaths = ["tests/unit"]\n'
+    )
+    unit = pytester.mkpydir("tests")
+    (unit / "unit").mkdir()
+    (unit / "unit" / "test_u.py").write_text("def test_u(): pass\n")
+    other = pytester.path / "other"
+    other.mkdir()
+    (other / "test_o.py").write_text("def test_o(): pass\n")
+
+    pytester.runpytest_inprocess(*HARNESS_PLUGINS, "other").assert_outcomes(passed=1)
+    assert not (pytester.path / "out").exists()  # an unrelated directory writes nothing
+
+    pytester.runpytest_inprocess(*HARNESS_PLUGINS).assert_outcomes(passed=1)  # testpaths
+    doc = json.loads((pytester.path / "out" / "unit_results.json").read_text())
+    assert list(doc["tests"]) == ["tests/unit/test_u.py::test_u"]
+
+
+@pytest.mark.timeout(180)
+def test_coverage_includes_code_run_in_ray_actors(pytester: pytest.Pytester) -> None:
+    """`--cov` counts a function that only a Ray actor runs (coverage's patch=subprocess)."""
+    pytester.makepyprojecttoml('[tool.coverage.run]\npatch = ["subprocess"]\n')
+    pkg = pytester.mkpydir("pkg")
+    (pkg / "mod.py").write_text(
+        "def only_in_actor(x):\n    y = x + 1\n    return y * 2\n\n\n"
+        "def never_called():\n    return 0\n"
+    )
+    pytester.makepyfile(
+        test_cov="""
+import os
+
+import psutil
+import ray
+
+def test_actor():
+    ray.init(num_cpus=1, include_dashboard=False)
+    try:
+        @ray.remote
+        class Worker:
+            def run(self, x):
+                from pkg.mod import only_in_actor  # imported only in the actor process
+                return only_in_actor(x), os.getpid()
+
+        w = Worker.remote()
+        value, pid = ray.get(w.run.remote(1))
+        assert value == 4
+        # A graceful exit runs the worker's atexit handlers (coverage saves its data there);
+        # wait for it: ray.shutdown() kills workers that are still running.
+        w.__ray_terminate__.remote()
+        try:
+            psutil.Process(pid).wait(timeout=60)
+        except psutil.NoSuchProcess:
+            pass
+    finally:
+        ray.shutdown()
+"""
+    )
+    env_tmp = os.environ.get("RAY_TMPDIR") or f"/tmp/ray_harness_{os.getpid()}"
+    pytester._monkeypatch.setenv("RAY_TMPDIR", env_tmp)
+    out = pytester.path / "results"
+    result = pytester.runpytest_subprocess(
+        *HARNESS_PLUGINS, "--cov=pkg", "--cov-report=term-missing", f"--unit-results-dir={out}",
+        timeout=170,
+    )  # fmt: skip
+    result.assert_outcomes(passed=1)
+    doc = json.loads((out / "unit_results.json").read_text())
+    # 4 of 5 statements: every line of only_in_actor (run in the actor), not never_called's body
+    assert doc["coverage"] == pytest.approx(80.0), result.stdout.str()
+    result.stdout.fnmatch_lines(["*pkg/mod.py*5*1*80%*7*"])
+    assert Path(out / "unit_results").is_dir()

@@ -1,0 +1,233 @@
+"""GPU memory and names, cluster-wide through Ray, with a CPU fallback.
+
+The pure part reads this machine (pynvml from nvidia-ml-py, psutil, /proc); the Ray adapter
+runs the same reading on every alive node with a zero-CPU task pinned to that node. Nothing
+here raises for lack of a GPU or a driver: no GPU simply means an empty reading.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class NodeReading:
+    """What one node reports: memory used per GPU (MiB), GPU names, peak RSS of Ray workers."""
+
+    gpu_used_mib: list[float] = field(default_factory=list)
+    gpu_names: list[str] = field(default_factory=list)
+    worker_peak_rss_mib: float = 0.0
+
+
+def local_gpus() -> tuple[list[float], list[str]]:
+    """(memory used per GPU in MiB, GPU names) on this machine; ([], []) without NVML."""
+    try:
+        import pynvml  # type: ignore[import-untyped,unused-ignore]
+    except ImportError:
+        return [], []
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # NVMLError_LibraryNotFound / DriverNotLoaded: a machine with no GPU
+        return [], []
+    used: list[float] = []
+    names: list[str] = []
+    try:
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            used.append(pynvml.nvmlDeviceGetMemoryInfo(handle).used / MIB)
+            name = pynvml.nvmlDeviceGetName(handle)
+            names.append(name.decode() if isinstance(name, bytes) else str(name))
+    except Exception:
+        return [], []
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+    return used, names
+
+
+def local_gpu_count() -> int:
+    """Number of GPUs NVML sees on this machine (0 without a driver)."""
+    return len(local_gpus()[1])
+
+
+def _peak_rss_mib_of(pid: int) -> float:
+    # VmHWM is the kernel's peak resident set size of the process ("high water mark").
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    try:
+        import psutil
+
+        return float(psutil.Process(pid).memory_info().rss) / MIB
+    except Exception:
+        return 0.0
+
+
+def self_peak_rss_mib() -> float:
+    """Peak RSS of this process in MiB (getrusage reports KiB on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / MIB if sys.platform == "darwin" else peak / 1024.0
+
+
+def ray_worker_peak_rss_mib() -> float:
+    """Largest peak RSS among this machine's Ray worker processes (named `ray::...`)."""
+    try:
+        import psutil
+    except ImportError:
+        return 0.0
+    best = 0.0
+    for proc in psutil.process_iter(["pid", "name", "cmdline"]):
+        try:
+            cmd = proc.info.get("cmdline") or []
+            title = " ".join(cmd) if cmd else (proc.info.get("name") or "")
+        except Exception:
+            continue
+        if title.startswith("ray::") or "default_worker.py" in title:
+            best = max(best, _peak_rss_mib_of(int(proc.info["pid"])))
+    return best
+
+
+def read_node() -> NodeReading:
+    """This machine's reading (what each node's Ray task returns)."""
+    used, names = local_gpus()
+    return NodeReading(used, names, 0.0 if used else ray_worker_peak_rss_mib())
+
+
+@dataclass(frozen=True)
+class MemoryReading:
+    """The cluster-wide maximum (MiB), what it measured ('gpu' or 'rss'), the GPU names seen."""
+
+    mib: float
+    source: str
+    gpu_names: tuple[str, ...] = ()
+
+
+def combine(nodes: list[NodeReading], driver_peak_rss_mib: float) -> MemoryReading:
+    """Largest GPU memory in use on any GPU of any node; without GPUs, the largest peak RSS
+    of the test process and the Ray workers."""
+    gpu_used = [u for node in nodes for u in node.gpu_used_mib]
+    names = tuple(sorted({n for node in nodes for n in node.gpu_names}))
+    if gpu_used:
+        return MemoryReading(max(gpu_used), "gpu", names)
+    workers = [node.worker_peak_rss_mib for node in nodes]
+    return MemoryReading(max([driver_peak_rss_mib, *workers]), "rss", names)
+
+
+# --- Ray adapter -------------------------------------------------------------------------
+
+
+def ray_connected() -> bool:
+    """Whether this process is connected to a Ray cluster (never imports Ray itself)."""
+    return _ray_ready() is not None
+
+
+def _ray_ready() -> Any:
+    """The ray module when this process is connected to a cluster, else None."""
+    if "ray" not in sys.modules:  # never import Ray (slow) just to find it unused
+        return None
+    import ray
+
+    return ray if ray.is_initialized() else None
+
+
+def cluster_readings(timeout_s: float = 60.0) -> list[NodeReading]:
+    """One reading per alive node of the connected Ray cluster, else this machine's only."""
+    ray = _ray_ready()
+    if ray is None:
+        return [read_node()]
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    remote = ray.remote(num_cpus=0)(_node_task())
+    refs = [
+        remote.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+        ).remote()
+        for node in ray.nodes()
+        if node.get("Alive")
+    ]
+    try:
+        out = ray.get(refs, timeout=timeout_s)
+    except Exception:
+        return [read_node()]  # a node that cannot answer must not fail the test
+    return [NodeReading(list(u), list(n), float(w)) for u, n, w in out]
+
+
+def _node_task() -> Any:
+    """The per-node task body. Built inside a function so cloudpickle ships it by value and
+    it imports only pynvml/psutil: Ray workers need not be able to import testharness."""
+
+    def read() -> tuple[list[float], list[str], float]:
+        used: list[float] = []
+        names: list[str] = []
+        try:
+            import pynvml  # type: ignore[import-untyped,unused-ignore]
+
+            pynvml.nvmlInit()
+            try:
+                for i in range(pynvml.nvmlDeviceGetCount()):
+                    h = pynvml.nvmlDeviceGetHandleByIndex(i)
+                    used.append(pynvml.nvmlDeviceGetMemoryInfo(h).used / (1024 * 1024))
+                    nm = pynvml.nvmlDeviceGetName(h)
+                    names.append(nm.decode() if isinstance(nm, bytes) else str(nm))
+            finally:
+                pynvml.nvmlShutdown()
+        except Exception:  # no driver on this node
+            used, names = [], []
+        peak = 0.0
+        if not used:
+            try:
+                import psutil
+
+                for p in psutil.process_iter(["pid", "cmdline"]):
+                    cmd = " ".join(p.info.get("cmdline") or [])
+                    if not (cmd.startswith("ray::") or "default_worker.py" in cmd):
+                        continue
+                    try:
+                        with open(f"/proc/{p.info['pid']}/status") as fh:
+                            for line in fh:
+                                if line.startswith("VmHWM:"):
+                                    peak = max(peak, int(line.split()[1]) / 1024.0)
+                    except OSError:
+                        continue
+            except Exception:
+                pass
+        return used, names, peak
+
+    return read
+
+
+def max_memory() -> MemoryReading:
+    """The value behind tracker.get_max_mem(), in MiB."""
+    return combine(cluster_readings(), self_peak_rss_mib())
+
+
+def gpu_types() -> list[str]:
+    """Distinct GPU names across the cluster (or this machine); [] without GPUs."""
+    return sorted({name for node in cluster_readings() for name in node.gpu_names})
+
+
+def cluster_gpu_count() -> int:
+    """GPUs available to tests: TESTHARNESS_NUM_GPUS (set by run_unit.sh), the connected Ray
+    cluster's GPU total, else this machine's NVML count."""
+    env = os.environ.get("TESTHARNESS_NUM_GPUS", "").strip()
+    if env.isdigit():
+        return int(env)
+    ray = _ray_ready()
+    if ray is not None:
+        try:
+            return int(ray.cluster_resources().get("GPU", 0))  # type: ignore[no-untyped-call,unused-ignore]
+        except Exception:
+            pass
+    return local_gpu_count()

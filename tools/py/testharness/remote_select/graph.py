@@ -1,0 +1,416 @@
+"""Static import graph of a project (pure: no pytest, no Ray, no imports of the project).
+
+Nodes are repo-relative POSIX paths. Edges come from, for every file:
+  * `import a.b.c` / `from a.b import c` / relative imports: every existing module on the
+    dotted path (so package `__init__.py` files are included),
+  * string literals naming a project module or `module.Class` / `module:Class` (actor
+    classes are often passed around as dotted strings),
+  * its package's `__init__.py` (importing a module runs its parents' `__init__`),
+  * for test files and conftest files, every `conftest.py` above them.
+
+A name that *could* be a project module but has no file gets a "phantom" node (a path that
+does not exist now). Phantoms make deletions and creations visible: when a module a test
+depended on is deleted, or a file appears where only an attribute was before, the phantom's
+content (absent vs present) differs from what was recorded, so the test is re-selected.
+"""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from .config import SelectConfig
+
+# Dotted identifiers, optionally "module:attr" (entry-point style).
+_DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?::[A-Za-z_]\w*)?\Z")
+_PYPATH = re.compile(r"[\w.\-/]+\.py\Z")
+_SKIP_DIRS = {"__pycache__", "node_modules", "site-packages"}
+
+
+def digest_bytes(data: bytes) -> str:
+    """Content digest of a file (never an mtime: `touch` and moved checkouts change nothing)."""
+    return hashlib.blake2b(data, digest_size=12).hexdigest()
+
+
+def _walk_py(root: str, rel: str, out: dict[str, str]) -> None:
+    """Add `rel`'s .py files (recursively) to out as rel_path -> absolute path."""
+    base = os.path.join(root, rel) if rel else root
+    try:
+        entries = list(os.scandir(base))
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        return
+    for entry in entries:
+        name = entry.name
+        if name.startswith(".") or name in _SKIP_DIRS:
+            continue
+        child = f"{rel}/{name}" if rel else name
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                _walk_py(root, child, out)
+            elif name.endswith(".py") and entry.is_file():
+                out[child] = entry.path
+        except OSError:
+            continue
+
+
+def scan_files(root: str, cfg: SelectConfig) -> dict[str, str]:
+    """Every Python file of the graph's universe: rel POSIX path -> absolute path.
+
+    The universe is the source packages (under each source root), the test roots, and the
+    conftest.py files above the test roots (pytest loads them too).
+    """
+    out: dict[str, str] = {}
+    for src in cfg.source_roots:
+        for pkg in cfg.source_packages:
+            rel = f"{src}/{pkg}" if src else pkg
+            _walk_py(root, rel, out)
+            single = os.path.join(root, rel + ".py")
+            if os.path.isfile(single):
+                out[rel + ".py"] = single
+    for test_root in cfg.test_roots:
+        full = os.path.join(root, test_root) if test_root else root
+        if os.path.isfile(full) and full.endswith(".py"):
+            out[test_root] = full
+            test_root = test_root.rpartition("/")[0]
+        else:
+            _walk_py(root, test_root, out)
+        for anc in _ancestor_dirs(test_root):
+            rel = f"{anc}/conftest.py" if anc else "conftest.py"
+            path = os.path.join(root, rel)
+            if os.path.isfile(path):
+                out[rel] = path
+    return out
+
+
+def hash_files(files: dict[str, str]) -> dict[str, str]:
+    """Content digests of the given files (rel -> digest); unreadable files are left out."""
+    out: dict[str, str] = {}
+    for rel, path in files.items():
+        try:
+            with open(path, "rb") as fh:
+                out[rel] = digest_bytes(fh.read())
+        except OSError:
+            continue
+    return out
+
+
+def parse_refs(source: bytes) -> list[str]:
+    """Raw import references of one file, independent of where the file lives.
+
+    Encoding (compact, JSON friendly): "i:a.b" import; "f:<level>:<module>:<n1>,<n2>"
+    from-import; "s:a.b.C" dotted string literal; "p:dir/x.py" path-like string literal.
+    A file that does not parse has no references (its digest still counts).
+    """
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    refs: dict[str, None] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                refs[f"i:{alias.name}"] = None
+        elif isinstance(node, ast.ImportFrom):
+            names = ",".join(alias.name for alias in node.names)
+            refs[f"f:{node.level}:{node.module or ''}:{names}"] = None
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+            if 2 < len(text) < 200:
+                if _DOTTED.match(text):
+                    refs[f"s:{text.replace(':', '.')}"] = None
+                elif _PYPATH.match(text):
+                    refs[f"p:{text}"] = None
+    return list(refs)
+
+
+def _ancestor_dirs(rel_dir: str) -> list[str]:
+    """"a/b" -> ["", "a", "a/b"]."""
+    out = [""]
+    if rel_dir:
+        parts = rel_dir.split("/")
+        out += ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    return out
+
+
+def _dirname(rel: str) -> str:
+    return rel.rpartition("/")[0]
+
+
+def is_test_file(rel: str, cfg: SelectConfig) -> bool:
+    """A test module pytest would collect: under a test root and matching `python_files`."""
+    name = rel.rpartition("/")[2]
+    if not any(fnmatch.fnmatch(name, pat) for pat in cfg.test_patterns):
+        return False
+    return any(not r or rel == r or rel.startswith(r + "/") for r in cfg.test_roots)
+
+
+@dataclass
+class Graph:
+    """Nodes (existing files first, then phantoms) and their direct dependencies."""
+
+    nodes: list[str]
+    n_files: int  # nodes[:n_files] exist, the rest are phantoms
+    deps: list[list[int]]
+    index: dict[str, int] = field(default_factory=dict)
+    _closures: list[int] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.index:
+            self.index = {p: i for i, p in enumerate(self.nodes)}
+
+    def closures(self) -> list[int]:
+        """Transitive closure of every node as a bitset (bit i = nodes[i]), cycles included."""
+        if self._closures is None:
+            self._closures = _closure_bitsets(self.deps)
+        return self._closures
+
+    def closure_bits(self, rel: str) -> int:
+        return self.closures()[self.index[rel]]
+
+    def bits_to_paths(self, bits: int) -> list[str]:
+        out = []
+        nodes = self.nodes
+        i = 0
+        while bits:
+            low = bits & -bits
+            i = low.bit_length() - 1
+            out.append(nodes[i])
+            bits ^= low
+        return out
+
+    def bits_of(self, paths: Iterable[str]) -> int:
+        bits = 0
+        index = self.index
+        for p in paths:
+            i = index.get(p)
+            if i is not None:
+                bits |= 1 << i
+        return bits
+
+
+class _Resolver:
+    """Turns raw references into repo-relative paths (existing files and phantoms)."""
+
+    def __init__(self, files: set[str] | dict[str, str], cfg: SelectConfig):
+        self.files = files
+        self.cfg = cfg
+        self.pkgs = set(cfg.source_packages)
+        self.src_prefixes = [f"{r}/" if r else "" for r in cfg.source_roots]
+        self.test_prefixes = [f"{r}/" if r else "" for r in cfg.test_roots]
+        self._memo: dict[tuple[str, tuple[str, ...]], tuple[list[str], list[str]]] = {}
+
+    def _in_prefixes(
+        self, parts: list[str], prefixes: tuple[str, ...], phantom: bool, pkg_init: bool = False
+    ) -> tuple[list[str], list[str]]:
+        """Existing modules on the dotted path under each prefix, plus phantoms past the end.
+
+        `pkg_init` adds the `__init__.py` of the prefix itself (`from . import x`).
+        """
+        key = (".".join(parts) + ("/" if pkg_init else ""), prefixes)
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit
+        found: list[str] = []
+        phantoms: list[str] = []
+        files = self.files
+        best_prefix, best_k = (prefixes[0] if prefixes else ""), 0
+        for prefix in prefixes:
+            if pkg_init and f"{prefix}__init__.py" in files:
+                found.append(f"{prefix}__init__.py")
+            longest = 0
+            for k in range(1, len(parts) + 1):
+                # Namespace packages have no __init__: keep walking past a missing level.
+                stem = prefix + "/".join(parts[:k])
+                if stem + ".py" in files:
+                    found.append(stem + ".py")
+                    longest = k
+                if stem + "/__init__.py" in files:
+                    found.append(stem + "/__init__.py")
+                    longest = k
+            if longest > best_k:
+                best_prefix, best_k = prefix, longest
+        if phantom:
+            for k in range(best_k + 1, len(parts) + 1):
+                stem = best_prefix + "/".join(parts[:k])
+                phantoms.append(stem + ".py")
+                phantoms.append(stem + "/__init__.py")
+        result = (found, phantoms)
+        self._memo[key] = result
+        return result
+
+    def _absolute(self, dotted: str, rel: str) -> tuple[list[str], list[str]]:
+        parts = dotted.split(".")
+        if parts[0] in self.pkgs:
+            return self._in_prefixes(parts, tuple(self.src_prefixes), True)
+        # Not a project package: only files of the universe can match (test helpers,
+        # rootdir-inserted sibling modules); never phantoms (`import torch` is not ours).
+        here = _dirname(rel)
+        prefixes = [""] + ([here + "/"] if here else []) + self.test_prefixes
+        return self._in_prefixes(parts, tuple(dict.fromkeys(prefixes)), False)
+
+    def resolve(self, rel: str, refs: list[str]) -> tuple[list[str], list[str]]:
+        found: list[str] = []
+        phantoms: list[str] = []
+        for ref in refs:
+            kind, _, body = ref.partition(":")
+            if kind == "i":
+                f, p = self._absolute(body, rel)
+            elif kind == "f":
+                level_s, _, rest = body.partition(":")
+                module, _, names_s = rest.partition(":")
+                names = [n for n in names_s.split(",") if n and n != "*"]
+                level = int(level_s) if level_s.isdigit() else 0
+                f, p = [], []
+                if level == 0:
+                    for dotted in [module] + [f"{module}.{n}" for n in names]:
+                        ff, pp = self._absolute(dotted, rel)
+                        f += ff
+                        p += pp
+                else:
+                    base = _dirname(rel)
+                    for _ in range(level - 1):
+                        base = _dirname(base)
+                    prefix = f"{base}/" if base else ""
+                    mod_parts = module.split(".") if module else []
+                    ff, pp = self._in_prefixes(mod_parts, (prefix,), True, pkg_init=True)
+                    f, p = list(ff), list(pp)
+                    for n in names:
+                        ff, pp = self._in_prefixes(mod_parts + [n], (prefix,), True)
+                        f += ff
+                        p += pp
+            elif kind == "s":
+                if body.split(".", 1)[0] not in self.pkgs:
+                    continue
+                f, p = self._absolute(body, rel)
+            elif kind == "p":
+                here = _dirname(rel)
+                f = [c for c in (body, f"{here}/{body}" if here else body) if c in self.files]
+                p = []
+            else:
+                continue
+            found += f
+            phantoms += p
+        return found, phantoms
+
+
+def build_graph(
+    cfg: SelectConfig,
+    digests: dict[str, str],
+    refs_by_digest: dict[str, list[str]],
+) -> Graph:
+    """Graph over `digests`' files; `refs_by_digest` must hold the refs of every digest."""
+    files = sorted(digests)
+    resolver = _Resolver(set(files), cfg)
+    index: dict[str, int] = {p: i for i, p in enumerate(files)}
+    nodes = list(files)
+    deps: list[list[int]] = []
+    conftest_memo: dict[str, tuple[list[str], list[str]]] = {}
+
+    def node(path: str) -> int:
+        i = index.get(path)
+        if i is None:
+            i = index[path] = len(nodes)
+            nodes.append(path)
+        return i
+
+    raw: list[tuple[list[str], list[str]]] = []
+    for rel in files:
+        found, phantoms = resolver.resolve(rel, refs_by_digest.get(digests[rel], []))
+        here = _dirname(rel)
+        name = rel.rpartition("/")[2]
+        # The package's __init__ runs before any of its modules.
+        parent_dir = _dirname(here) if name == "__init__.py" else here
+        if name == "__init__.py":
+            init = f"{parent_dir}/__init__.py" if parent_dir else "__init__.py"
+            if here and init in index:
+                found.append(init)
+        else:
+            init = f"{here}/__init__.py" if here else "__init__.py"
+            if init in index:
+                found.append(init)
+        if name == "conftest.py" or is_test_file(rel, cfg):
+            chain = conftest_memo.get(here)
+            if chain is None:
+                have: list[str] = []
+                missing: list[str] = []
+                for anc in _ancestor_dirs(here):
+                    c = f"{anc}/conftest.py" if anc else "conftest.py"
+                    (have if c in index else missing).append(c)
+                chain = conftest_memo[here] = (have, missing)
+            found += [c for c in chain[0] if c != rel]
+            phantoms += chain[1]
+        raw.append((found, phantoms))
+    for rel, (found, phantoms) in zip(files, raw):
+        own = index[rel]
+        d = {index[f] for f in found}
+        d.update(node(p) for p in phantoms)
+        d.discard(own)
+        deps.append(sorted(d))
+    deps += [[] for _ in range(len(nodes) - len(files))]
+    return Graph(nodes=nodes, n_files=len(files), deps=deps, index=index)
+
+
+def _closure_bitsets(deps: list[list[int]]) -> list[int]:
+    """Reachability bitsets via Tarjan's SCC (iterative), then OR in reverse topological order."""
+    n = len(deps)
+    index_of = [-1] * n
+    low = [0] * n
+    on_stack = [False] * n
+    stack: list[int] = []
+    comp_of = [-1] * n
+    comp_bits: list[int] = []
+    counter = 0
+    for start in range(n):
+        if index_of[start] != -1:
+            continue
+        work: list[tuple[int, int]] = [(start, 0)]
+        while work:
+            v, i = work.pop()
+            if i == 0:
+                index_of[v] = low[v] = counter
+                counter += 1
+                stack.append(v)
+                on_stack[v] = True
+            succ = deps[v]
+            recursed = False
+            while i < len(succ):
+                w = succ[i]
+                i += 1
+                if index_of[w] == -1:
+                    work.append((v, i))
+                    work.append((w, 0))
+                    recursed = True
+                    break
+                if on_stack[w]:
+                    low[v] = min(low[v], index_of[w])
+            if recursed:
+                continue
+            if low[v] == index_of[v]:
+                # Tarjan emits a component after all components it reaches: OR them in.
+                c = len(comp_bits)
+                members = []
+                while True:
+                    w = stack.pop()
+                    on_stack[w] = False
+                    comp_of[w] = c
+                    members.append(w)
+                    if w == v:
+                        break
+                bits = 0
+                for w in members:
+                    bits |= 1 << w
+                for w in members:
+                    for x in deps[w]:
+                        cx = comp_of[x]
+                        if cx != c:
+                            bits |= comp_bits[cx]
+                comp_bits.append(bits)
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[v])
+    return [comp_bits[comp_of[v]] for v in range(n)]

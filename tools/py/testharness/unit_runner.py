@@ -1,0 +1,235 @@
+"""What tests/run_unit.sh does, in testable Python: flags, Ray cluster discovery, GPU count,
+test assets, the pytest command, and what pytest's exit code means for the script.
+
+`python -m testharness.unit_runner [run_unit.sh flags] [pytest args | paths]`
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from testharness.settings import Settings, SettingsError, load_settings
+
+USAGE = """\
+usage: bash tests/run_unit.sh [--hf-gated] [--mcore-only] [--rerun-failures N]
+                              [--shard I/N] [--shard-plan] [pytest args | paths ...]
+
+  --hf-gated          also run tests marked hf_gated (gated Hugging Face models)
+  --mcore-only        run only tests marked mcore (needs: uv run --extra mcore ...)
+  --rerun-failures N  rerun a failing test up to N times (pytest-rerunfailures --reruns N)
+  --shard I/N         run shard I of N (balanced on past durations); --shard-plan prints it
+  -h, --help          this help
+Every other argument goes to pytest (e.g. -k EXPR, -m EXPR, -x, tests/unit/some_test.py).
+Without paths the configured test roots run (default tests/unit).
+Run it as: uv run --group test bash tests/run_unit.sh"""
+
+# pytest's exit codes (pytest.ExitCode), without importing pytest here.
+OK, TESTS_FAILED, INTERRUPTED, INTERNAL_ERROR, USAGE_ERROR, NO_TESTS = 0, 1, 2, 3, 4, 5
+
+
+class UsageError(Exception):
+    """Bad run_unit.sh arguments (one-line message)."""
+
+
+@dataclass
+class Plan:
+    """What to run: pytest arguments after run_unit.sh's own flags were translated."""
+
+    pytest_args: list[str] = field(default_factory=list)
+    show_help: bool = False
+
+
+def parse_args(argv: list[str]) -> Plan:
+    """Translate run_unit.sh's own flags; everything else passes to pytest untouched."""
+    plan = Plan()
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in ("-h", "--help"):
+            plan.show_help = True
+        elif arg == "--rerun-failures" or arg.startswith("--rerun-failures="):
+            if "=" in arg:
+                value = arg.split("=", 1)[1]
+            else:
+                i += 1
+                if i >= len(argv):
+                    raise UsageError("--rerun-failures needs a number, e.g. --rerun-failures 2")
+                value = argv[i]
+            if not value.isdigit():
+                raise UsageError(f"--rerun-failures needs a whole number >= 0, got {value!r}")
+            plan.pytest_args += ["--reruns", value]
+        else:
+            plan.pytest_args.append(arg)
+        i += 1
+    return plan
+
+
+def has_path_arg(args: list[str], cwd: Path) -> bool:
+    """Whether the pytest arguments name a test path (a non-option that exists on disk)."""
+    return any(not a.startswith("-") and (cwd / a.split("::", 1)[0]).exists() for a in args)
+
+
+def pytest_command(plan: Plan, settings: Settings, cwd: Path) -> list[str]:
+    args = list(plan.pytest_args)
+    if not has_path_arg(args, cwd):
+        args += [os.path.relpath(r, cwd) for r in settings.test_roots]
+    return [sys.executable, "-m", "pytest", "--durations=15", *args]
+
+
+# --- Ray and GPUs ------------------------------------------------------------------------
+
+
+def _reachable(address: str, timeout_s: float = 1.0) -> bool:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        return False
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def local_head_address() -> str | None:
+    """The address a `ray start --head` on this machine recorded, if that head answers.
+
+    Only `ray start` writes this file, so a Ray instance that another pytest session started
+    in-process (and will stop) is never joined.
+    """
+    try:
+        from ray._private.services import find_bootstrap_address
+
+        address = find_bootstrap_address(None)
+    except Exception:
+        return None
+    return address if address and _reachable(address) else None
+
+
+def cluster_gpu_count(address: str) -> int | None:
+    """GPUs of the Ray cluster at `address` (None if it cannot be joined)."""
+    try:
+        import ray
+
+        ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
+        try:
+            return int(ray.cluster_resources().get("GPU", 0))  # type: ignore[no-untyped-call,unused-ignore]
+        finally:
+            ray.shutdown()
+    except Exception as exc:
+        print(f"run_unit: could not join the Ray cluster at {address}: {exc}", file=sys.stderr)
+        return None
+
+
+def discover(env: dict[str, str]) -> tuple[str | None, int]:
+    """(Ray address to join or None, GPUs available to the tests)."""
+    from testharness import gpu
+
+    address = env.get("RAY_ADDRESS") or local_head_address()
+    count = cluster_gpu_count(address) if address else None
+    if count is None:
+        count = gpu.local_gpu_count()
+    return address, count
+
+
+# --- exit codes ---------------------------------------------------------------------------
+
+
+def _count(summary: dict[str, object] | None, key: str) -> int:
+    value = summary.get(key) if summary else None
+    return value if isinstance(value, int) else 0
+
+
+def interpret_exit(code: int, summary: dict[str, object] | None) -> tuple[int, str]:
+    """(the script's exit code, the closing line) for pytest's exit code."""
+    if code == OK:
+        return 0, "run_unit: all selected tests passed"
+    if code == TESTS_FAILED:
+        return 1, "run_unit: FAILED: some tests failed (see the summary above)"
+    if code == INTERRUPTED:
+        return 2, "run_unit: interrupted (Ctrl-C or a collection error; see above)"
+    if code == USAGE_ERROR:
+        return 2, "run_unit: pytest rejected the arguments (see the error above)\n" + USAGE
+    if code == NO_TESTS:
+        collected = _count(summary, "collected")
+        deselected = _count(summary, "deselected")
+        if deselected > 0 and collected == 0:
+            return 0, (
+                f"run_unit: no tests collected: the selection (markers, -k, --shard) matched "
+                f"none of the {deselected} tests found"
+            )
+        return 5, "run_unit: no tests collected: no test found at the given paths"
+    return code, f"run_unit: pytest stopped with an internal error (exit {code})"
+
+
+def _read_summary(path: Path) -> dict[str, object] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def build_assets(settings: Settings) -> int:
+    """Run the asset script when the assets dir is missing or empty; 0 on success or skip."""
+    assets = settings.assets_dir
+    if assets.is_dir() and any(assets.iterdir()):
+        return 0
+    script = settings.assets_script
+    if not script.is_file():
+        print(f"run_unit: no {script.name}; not building test assets")
+        return 0
+    print(f"run_unit: test assets missing, building them: python {script}")
+    return subprocess.call([sys.executable, str(script)], cwd=settings.root)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        plan = parse_args(argv)
+    except UsageError as exc:
+        print(f"run_unit: {exc}\n{USAGE}", file=sys.stderr)
+        return 2
+    if plan.show_help:
+        print(USAGE)
+        return 0
+    cwd = Path.cwd()
+    root = Path(os.environ.get("TESTHARNESS_ROOT", cwd))
+    try:
+        settings = load_settings(root)
+    except SettingsError as exc:
+        print(f"run_unit: {exc}", file=sys.stderr)
+        return 2
+    env = dict(os.environ)
+    if env.get("TESTHARNESS_NO_DISCOVERY") != "1":  # the harness's own tests skip Ray here
+        address, gpus = discover(env)
+        if address:
+            env["RAY_ADDRESS"] = address
+            print(f"run_unit: joining the Ray cluster at {address}")
+        else:
+            print("run_unit: no running Ray cluster found; the test session will start one")
+        env["TESTHARNESS_NUM_GPUS"] = str(gpus)
+        print(f"run_unit: GPUs found: {gpus}" + (" (CPU mode)" if gpus == 0 else ""))
+        if build_assets(settings) != 0:
+            print("run_unit: building the test assets failed (see above)", file=sys.stderr)
+            return 1
+    with tempfile.TemporaryDirectory(prefix="run_unit_") as tmp:
+        summary_file = Path(tmp) / "summary.json"
+        env["TESTHARNESS_SUMMARY_FILE"] = str(summary_file)
+        cmd = pytest_command(plan, settings, cwd)
+        print("run_unit: " + " ".join(cmd[1:]), flush=True)
+        code = subprocess.call(cmd, env=env)
+        status, message = interpret_exit(code, _read_summary(summary_file))
+    print(message, file=sys.stderr if status else sys.stdout)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
