@@ -15,6 +15,8 @@ from typing import cast
 from nemo_rl.algorithms.grpo import GRPOMasterConfig, default_config_path, grpo_train
 from nemo_rl.config import ConfigError, load_config
 
+from _test_assets import ensure_test_assets
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="GRPO on math with nemo_rl")
@@ -26,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    ensure_test_assets([cfg["policy"]["model_name"], cfg["data"]["train_path"], cfg["data"]["val_path"]])
     grpo_train(cfg)
     return 0
 

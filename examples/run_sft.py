@@ -15,6 +15,8 @@ from typing import cast
 from nemo_rl.algorithms.sft import SFTMasterConfig, default_config_path, sft_train
 from nemo_rl.config import ConfigError, load_config
 
+from _test_assets import ensure_test_assets
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="SFT with nemo_rl")
@@ -26,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    ensure_test_assets([cfg["policy"]["model_name"], cfg["data"]["train_path"], cfg["data"]["val_path"]])
     sft_train(cfg)
     return 0
 

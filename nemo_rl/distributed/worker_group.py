@@ -101,13 +101,13 @@ class RayWorkerGroup:
         world = cluster.num_workers
         base_env = {k: os.environ[k] for k in _FORWARDED_ENV if k in os.environ}
         base_env.update(env_vars or {})
-        remote_cls = ray.remote(cls)
+        remote_cls: Any = ray.remote(cls)
         self.workers = []
         for rank in range(world):
             env = dict(base_env, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK="0",
                        MASTER_ADDR=str(master_addr), MASTER_PORT=str(master_port))
             self.workers.append(
-                remote_cls.options(  # type: ignore[attr-defined]
+                remote_cls.options(
                     num_cpus=cluster.cpus_per_worker,
                     num_gpus=cluster.gpus_per_worker,
                     scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=rank),

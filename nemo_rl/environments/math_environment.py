@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Sequence
+from typing import Any, Sequence
 
 import ray
 
@@ -63,8 +63,8 @@ def answers_match(predicted: str, reference: str) -> bool:
         # Timeouts use signals, which only work in a main thread: bound the work by size instead.
         if len(predicted) > 200:
             return False
-        gold = parse(f"${reference}$", parsing_timeout=None)  # type: ignore[arg-type]
-        pred = parse(f"${predicted}$", parsing_timeout=None)  # type: ignore[arg-type]
+        gold = parse(f"${reference}$", parsing_timeout=None)
+        pred = parse(f"${predicted}$", parsing_timeout=None)
         return bool(gold and pred and verify(gold, pred, timeout_seconds=None))
     except Exception:  # any parser failure means "not verified"
         return False
@@ -87,7 +87,7 @@ class MathEnvironment:
     """Driver-side handle: splits a batch over `num_workers` scoring actors."""
 
     def __init__(self, num_workers: int = 1) -> None:
-        actor = ray.remote(num_cpus=0)(MathVerifierWorker)
+        actor: Any = ray.remote(num_cpus=0)(MathVerifierWorker)
         self.workers = [actor.remote() for _ in range(max(1, num_workers))]
 
     def score(self, responses: Sequence[str], references: Sequence[str]) -> list[float]:

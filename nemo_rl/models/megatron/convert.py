@@ -12,8 +12,9 @@ and row-parallel ones (attention output, fc2) on dim 1; norms are replicated.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -200,7 +201,7 @@ def shard_for_rank(full: Mapping[str, Tensor], tp_rank: int, tp_size: int) -> di
     return out
 
 
-def unshard(shards: list[Mapping[str, Tensor]]) -> dict[str, Tensor]:
+def unshard(shards: Sequence[Mapping[str, Tensor]]) -> dict[str, Tensor]:
     """Inverse of `shard_for_rank`: the TP ranks' dicts (in rank order) -> the full dict."""
     out: dict[str, Tensor] = {}
     for name in shards[0]:

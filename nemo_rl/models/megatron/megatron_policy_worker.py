@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -25,9 +26,18 @@ from torch import Tensor
 from nemo_rl.distributed.worker_group import init_distributed
 from nemo_rl.models.generation.interfaces import GenerationConfig, GenerationOutput
 from nemo_rl.models.megatron import convert
-from nemo_rl.models.megatron.model import build_gpt_model, forward_logits, load_weights, model_weights
+from nemo_rl.models.megatron.model import (
+    build_gpt_model,
+    forward_logits,
+    load_weights,
+    model_weights,
+)
 from nemo_rl.models.policy.interfaces import LossFunction, PolicyConfig
-from nemo_rl.models.policy.workers.dtensor_policy_worker import micro_batches, resolve_dtype, token_logprobs
+from nemo_rl.models.policy.workers.dtensor_policy_worker import (
+    micro_batches,
+    resolve_dtype,
+    token_logprobs,
+)
 
 SEED = 1234
 
@@ -87,8 +97,9 @@ class MegatronPolicyWorker:
         self.model = load()
         self.reference_model = load().eval().requires_grad_(False) if init_reference_model else None
         opt = config["optimizer"]
+        beta1, beta2 = (float(b) for b in opt["betas"])
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=opt["lr"], weight_decay=opt["weight_decay"], betas=tuple(opt["betas"])
+            self.model.parameters(), lr=opt["lr"], weight_decay=opt["weight_decay"], betas=(beta1, beta2)
         )
         warmup = max(int(config["scheduler"]["warmup_steps"]), 0)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -239,8 +250,8 @@ class MegatronPolicyWorker:
         moments: dict[str, dict[str, Tensor]] = {"exp_avg": {}, "exp_avg_sq": {}}
         for name, p in self.model.named_parameters():
             state = self.optimizer.state.get(p, {})
-            for key in moments:
-                moments[key][name] = state[key] if key in state else torch.zeros_like(p)
+            for key, by_name in moments.items():
+                by_name[name] = state[key] if key in state else torch.zeros_like(p)
         return moments
 
     def save_checkpoint(self, path: str, save_hf: bool = True) -> None:

@@ -1,6 +1,7 @@
 """A short SFT run through the user entry point, examples/run_sft.py."""
 
 import importlib.util
+import sys
 from pathlib import Path
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -9,6 +10,8 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def _run_sft_module():
+    if str(ROOT / "examples") not in sys.path:  # as when run as a script: its folder is importable
+        sys.path.insert(0, str(ROOT / "examples"))
     spec = importlib.util.spec_from_file_location("run_sft", ROOT / "examples" / "run_sft.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)

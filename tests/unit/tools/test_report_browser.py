@@ -32,7 +32,7 @@ def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
         "--disable-sync",
         f"--user-data-dir={tmp_path / 'chromium-profile'}",
     ]
-    return subprocess.run([str(CHROMIUM), *flags, *args], check=False, capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run([str(CHROMIUM), *flags, *args], check=False, capture_output=True, text=True, timeout=120)
 
 
 def write_history(directory: Path) -> None:

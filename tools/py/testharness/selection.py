@@ -38,7 +38,7 @@ def run_first_order(items: list[pytest.Item]) -> list[pytest.Item]:
 def megatron_import_error() -> str | None:
     """None when megatron.core imports, else why not (one line)."""
     try:
-        import megatron.core  # type: ignore[import-not-found]  # noqa: F401
+        import megatron.core  # noqa: F401
     except ImportError as exc:
         return str(exc) or type(exc).__name__
     except Exception as exc:  # a broken install fails in other ways too

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, cast
 
 import torch
 import torch.distributed as dist
@@ -60,7 +60,7 @@ class DTensorPolicyWorker:
         torch.manual_seed(0)
 
         def load() -> Any:
-            model = AutoModelForCausalLM.from_pretrained(config["model_name"], dtype=self.dtype)
+            model: Any = AutoModelForCausalLM.from_pretrained(config["model_name"], dtype=self.dtype)
             model.to(self.device)
             if self.world_size > 1:
                 mesh = init_device_mesh(self.device.type, (self.world_size,))
@@ -73,7 +73,8 @@ class DTensorPolicyWorker:
         self.reference_model = load().eval().requires_grad_(False) if init_reference_model else None
         opt = config["optimizer"]
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=opt["lr"], weight_decay=opt["weight_decay"], betas=tuple(opt["betas"])
+            self.model.parameters(), lr=opt["lr"], weight_decay=opt["weight_decay"],
+            betas=(opt["betas"][0], opt["betas"][1]),
         )
         warmup = max(int(config["scheduler"]["warmup_steps"]), 0)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -202,7 +203,7 @@ class DTensorPolicyWorker:
                 hf.mkdir(exist_ok=True)
                 self.model.config.save_pretrained(hf)
                 self.tokenizer.save_pretrained(hf)
-                save_file({k: v.contiguous() for k, v in model_sd.items()}, hf / "model.safetensors")
+                save_file({k: cast(Tensor, v).contiguous() for k, v in model_sd.items()}, hf / "model.safetensors")
         if self.world_size > 1:
             dist.barrier()
 

@@ -86,7 +86,7 @@ class RemoteSelectSession:
             self._phase[nodeid] = "passed" if report.passed else ("skipped" if report.skipped else "failed")
             return
         status = self._phase.get(nodeid, "failed")
-        if report.failed or report.outcome == "rerun":
+        if report.failed or str(report.outcome) == "rerun":  # pytest-rerunfailures' outcome
             status = "failed"
         elif report.when == "call" and report.skipped and status == "passed":
             status = "skipped"  # pytest.skip() in the body, or an xfail that failed as expected

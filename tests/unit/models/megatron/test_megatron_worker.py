@@ -1,0 +1,183 @@
+"""The Megatron policy worker through Ray and `Policy`: logprobs, training, checkpoints, SFT.
+
+On a CPU-only machine `Policy` starts the shimmed subclass (tests/unit/models/megatron/cpu_shim.py);
+on GPU machines the library's own worker.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from nemo_rl.algorithms.loss_functions import NLLLoss
+from nemo_rl.data.datasets import load_chat_dataset
+from nemo_rl.data.tokenize import sft_batch
+from nemo_rl.distributed.virtual_cluster import cluster_from_config
+from nemo_rl.models.policy.policy import Policy
+from tests.unit.conftest import policy_config
+from tests.unit.models.megatron import cpu_shim
+
+pytestmark = [pytest.mark.mcore, pytest.mark.filterwarnings("ignore::UserWarning")]
+
+REPO = Path(__file__).resolve().parents[4]
+
+
+def megatron_config(model: str, tp: int = 1) -> dict:
+    return policy_config(model, precision="float32",
+                         megatron_cfg={"enabled": True, "tensor_model_parallel_size": tp})
+
+
+def hf_logprobs(model_path: str, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    logp = torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, batch["input_ids"][:, 1:, None]).squeeze(-1)
+    return torch.nn.functional.pad(logp, (1, 0))
+
+
+@pytest.fixture(scope="module")
+def batch(tiny_llama: str, test_assets: Path) -> dict[str, torch.Tensor]:
+    tok = AutoTokenizer.from_pretrained(tiny_llama)
+    return sft_batch(tok, load_chat_dataset(test_assets / "data" / "sft_train.jsonl")[:8], max_length=64)
+
+
+@pytest.fixture(scope="module")
+def policy(ray_cluster: object, tiny_llama: str):
+    with pytest.MonkeyPatch.context() as mp:
+        from nemo_rl.models.policy import policy as policy_module
+
+        mp.setattr(policy_module, "MEGATRON_WORKER", cpu_shim.worker_class())
+        p = Policy(megatron_config(tiny_llama), cluster_from_config(1, "auto"), init_reference_model=True)
+    yield p
+    p.shutdown()
+
+
+def test_worker_reports_the_megatron_backend(policy: Policy) -> None:
+    info = policy.info()[0]
+    assert info["backend"] == "megatron" and info["tensor_model_parallel_size"] == 1
+    assert info["dtype"] == "float32" and info["num_params"] > 0
+
+
+def test_logprobs_match_a_direct_transformers_forward(policy: Policy, tiny_llama: str, batch, tracker) -> None:
+    got = policy.get_logprobs(batch)
+    ref = hf_logprobs(tiny_llama, batch)
+    mask = batch["attention_mask"].bool()
+    mask[:, 0] = False
+    err = (got[mask] - ref[mask]).abs().max().item()
+    tracker.track("max_abs_logprob_error", err)
+    assert err < 1e-4
+
+
+def test_training_steps_lower_the_loss(policy: Policy, batch, tiny_llama: str, tracker) -> None:
+    first = policy.train(batch, NLLLoss())
+    assert set(first) >= {"loss", "grad_norm", "lr", "num_tokens"}
+    assert first["num_tokens"] == float(batch["token_mask"].sum())
+    losses = [first["loss"]] + [policy.train(batch, NLLLoss())["loss"] for _ in range(3)]
+    tracker.track("losses", losses)
+    assert all(torch.isfinite(torch.tensor(losses)))
+    assert losses[-1] < losses[0] - 0.1
+    # The reference model is frozen: it still scores like the untouched checkpoint.
+    mask = batch["attention_mask"].bool()
+    ref = policy.get_logprobs(batch, reference=True)
+    assert (ref[mask] - hf_logprobs(tiny_llama, batch)[mask]).abs().max().item() < 1e-4
+
+
+def test_checkpoint_round_trip_and_hf_export(policy: Policy, batch, tmp_path: Path) -> None:
+    policy.train(batch, NLLLoss())
+    policy.save_checkpoint(str(tmp_path / "ck"))
+    saved = policy.get_logprobs(batch)
+    policy.train(batch, NLLLoss())
+    assert not torch.allclose(policy.get_logprobs(batch), saved)
+    assert policy.load_checkpoint(str(tmp_path / "ck")) >= 1
+    assert torch.allclose(policy.get_logprobs(batch), saved, atol=1e-6)
+    # The HF export is a plain transformers checkpoint that scores the same.
+    mask = batch["attention_mask"].bool()
+    mask[:, 0] = False
+    exported = hf_logprobs(str(tmp_path / "ck" / "hf"), batch)
+    assert (exported[mask] - saved[mask]).abs().max().item() < 1e-4
+
+
+def test_generate_says_it_is_not_implemented(policy: Policy, batch) -> None:
+    with pytest.raises(Exception, match="generation is not implemented for the Megatron policy worker"):
+        policy.generate({k: batch[k] for k in ("input_ids", "attention_mask")},
+                        {"max_new_tokens": 2, "temperature": 1.0, "top_p": 1.0, "seed": 0})
+
+
+def test_library_worker_refuses_cpu_with_a_clear_error(tiny_llama: str) -> None:
+    if not cpu_shim.needed():
+        pytest.skip("only meaningful without CUDA (this machine has a GPU)")
+    from nemo_rl.models.megatron.megatron_policy_worker import MegatronPolicyWorker
+
+    with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+        MegatronPolicyWorker(megatron_config(tiny_llama))  # type: ignore[arg-type]
+
+
+def test_sft_example_runs_with_the_megatron_worker(ray_cluster: object, megatron_worker: str, tmp_path: Path,
+                                                   tracker, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(REPO / "examples"))  # as when run as a script: its helpers sit beside it
+    spec = importlib.util.spec_from_file_location("run_sft", REPO / "examples" / "run_sft.py")
+    assert spec and spec.loader
+    run_sft = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run_sft)
+    steps = 6
+    rc = run_sft.main([
+        "policy.megatron_cfg.enabled=true", f"sft.max_num_steps={steps}", "sft.val_period=3", "sft.val_batches=1",
+        "policy.train_global_batch_size=8", "policy.train_micro_batch_size=8", "sft.val_global_batch_size=8",
+        "policy.precision=float32", f"logger.log_dir={tmp_path / 'logs'}", "logger.monitor_gpus=false",
+        f"checkpointing.checkpoint_dir={tmp_path / 'ck'}", f"checkpointing.save_period={steps}",
+    ])
+    assert rc == 0
+    state = json.loads((tmp_path / "ck" / f"step_{steps}" / "training_state.json").read_text())
+    tracker.track("final_train_loss", state["train/loss"])
+    assert state["step"] == steps
+    assert 0 < state["train/loss"] < 100 and 0 < state["val/loss"] < 100
+    assert (tmp_path / "ck" / f"step_{steps}" / "policy" / "hf" / "model.safetensors").is_file()
+    # Written by the Megatron worker (the DTensor worker's checkpoint has no such format tag).
+    saved = torch.load(tmp_path / "ck" / f"step_{steps}" / "policy" / "policy.pt", weights_only=False)
+    assert saved["format"] == "nemo_rl.megatron.v1"
+
+
+def check_tensor_parallel_2(tiny_llama: str, batch, tmp_path: Path, tracker) -> None:
+    """TP=2: same logprobs and losses as TP=1; its checkpoint loads at TP=1 and scores the same."""
+    results = {}
+    for tp in (1, 2):
+        p = Policy(megatron_config(tiny_llama, tp), cluster_from_config(tp, "auto"))
+        try:
+            logp = p.get_logprobs(batch)
+            results[tp] = (logp, [p.train(batch, NLLLoss())["loss"] for _ in range(2)])
+            if tp == 2:
+                p.save_checkpoint(str(tmp_path / "tp2"))
+                after_tp2 = p.get_logprobs(batch)
+        finally:
+            p.shutdown()
+    tracker.track("losses_tp1", results[1][1])
+    tracker.track("losses_tp2", results[2][1])
+    mask = batch["attention_mask"].bool()
+    assert (results[2][0][mask] - results[1][0][mask]).abs().max().item() < 1e-4
+    assert results[2][1] == pytest.approx(results[1][1], rel=1e-4, abs=1e-4)
+    p = Policy(megatron_config(tiny_llama, 1), cluster_from_config(1, "auto"))
+    try:
+        assert p.load_checkpoint(str(tmp_path / "tp2")) == 2
+        assert (p.get_logprobs(batch)[mask] - after_tp2[mask]).abs().max().item() < 1e-4
+    finally:
+        p.shutdown()
+
+
+@pytest.mark.num_gpus(2)
+def test_tensor_parallel_2_on_two_gpus(ray_cluster: object, megatron_worker: str, tiny_llama: str, batch,
+                                       tmp_path: Path, tracker) -> None:
+    """TP=2 over NCCL on two GPUs."""
+    check_tensor_parallel_2(tiny_llama, batch, tmp_path, tracker)
+
+
+def test_tensor_parallel_2_over_gloo_on_cpu(ray_cluster: object, megatron_worker: str, tiny_llama: str, batch,
+                                            tmp_path: Path, tracker) -> None:
+    """The same check on two CPU workers over gloo (megatron's TP collectives run there too)."""
+    if not cpu_shim.needed():
+        pytest.skip("CPU-only variant; on GPU machines test_tensor_parallel_2_on_two_gpus covers TP=2")
+    check_tensor_parallel_2(tiny_llama, batch, tmp_path, tracker)

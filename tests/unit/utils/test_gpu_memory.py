@@ -1,0 +1,46 @@
+"""GPU memory as the tracker and the logger's GPU monitor see it (GPU machines only)."""
+
+import pytest
+import ray
+
+from nemo_rl.utils.gpu_monitor import GpuMonitor
+
+GIB = 2**30
+
+
+@pytest.mark.num_gpus(1)
+def test_tracker_sees_gpu_memory_grow_in_the_test_process(tracker) -> None:
+    import torch
+
+    before = tracker.get_max_mem()
+    block = torch.empty(6 * GIB, dtype=torch.uint8, device="cuda")
+    torch.cuda.synchronize()
+    tracker.log_max_mem("memory_after_6gib")
+    growth = tracker.get_max_mem() - before
+    tracker.track("growth_mib", growth)
+    del block
+    torch.cuda.empty_cache()
+    assert growth >= 5 * 1024
+
+
+@ray.remote(num_gpus=1)
+class _Holder:
+    def hold(self, gib: int) -> int:
+        import torch
+
+        self.block = torch.empty(gib * GIB, dtype=torch.uint8, device="cuda")
+        torch.cuda.synchronize()
+        return int(self.block.numel())
+
+
+@pytest.mark.num_gpus(1)
+def test_tracker_sees_memory_held_by_a_ray_actor(ray_cluster, tracker) -> None:
+    before = tracker.get_max_mem()
+    holder = _Holder.remote()  # type: ignore[attr-defined]
+    ray.get(holder.hold.remote(8))
+    growth = tracker.get_max_mem() - before
+    tracker.track("growth_mib", growth)
+    monitor = GpuMonitor(interval_s=0).collect(force=True)
+    ray.kill(holder)
+    assert growth >= 7 * 1024
+    assert any(k.endswith("/memory_used_mib") and v >= 8 * 1024 for k, v in monitor.items())
