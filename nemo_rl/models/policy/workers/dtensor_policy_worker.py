@@ -53,7 +53,7 @@ class DTensorPolicyWorker:
         self.cfg = config
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
-        on_gpu = torch.cuda.is_available()
+        on_gpu = dist.get_backend() == "nccl"
         self.device = torch.device("cuda", 0) if on_gpu else torch.device("cpu")
         self.dtype = resolve_dtype(config["precision"], on_gpu)
         self.tokenizer = AutoTokenizer.from_pretrained(config["model_name"])

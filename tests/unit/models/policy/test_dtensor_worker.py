@@ -67,18 +67,3 @@ def test_generation_is_seeded(policy: Policy, tiny_llama: str) -> None:
     a, b = policy.generate(prompts, cfg), policy.generate(prompts, cfg)
     assert torch.equal(a["output_ids"], b["output_ids"])
     assert a["output_ids"].shape[1] <= prompts["input_ids"].shape[1] + 6
-
-
-@pytest.mark.parametrize("workers", [2])
-def test_fsdp2_matches_a_single_worker(ray_cluster, tiny_llama: str, batch, workers: int, tracker) -> None:
-    """Same data, same init: the sharded group reports the same losses as one worker."""
-    results = {}
-    for n in (1, workers):
-        p = Policy(policy_config(tiny_llama, precision="float32"), cluster_from_config(n, "auto"))
-        try:
-            results[n] = [p.train(batch, NLLLoss())["loss"] for _ in range(2)]
-        finally:
-            p.shutdown()
-    tracker.track("losses_1", results[1])
-    tracker.track(f"losses_{workers}", results[workers])
-    assert results[workers] == pytest.approx(results[1], rel=1e-4, abs=1e-4)

@@ -1,0 +1,172 @@
+"""Edit-to-result time with `pytest --testmon`: no edit, and an edit to a module that runs
+only inside a Ray actor, against running everything.
+
+Works on a COPY of the repository (the real tree, its .testmondata and its remote-selection
+files are never touched); the copy imports its own `nemo_rl` and `testharness` (PYTHONPATH
+puts it before the editable installs of the venv) and uses the same interpreter.
+
+    1. seed:      pytest --testmon PATHS      (runs everything once: builds .testmondata + map)
+    2. no edit:   pytest --testmon PATHS      (target: <= 5 s wall, no Ray start)
+    3. edit:      append an unused function to --edit FILE, pytest --testmon PATHS
+                  (target: only the tests whose code reaches FILE run)
+    4. baseline:  pytest PATHS without testmon (running everything the ordinary way)
+
+Ray starts are counted as the Ray session directories created in a fresh RAY_TMPDIR.
+
+    uv run --group test python bench/edit_to_result.py                      # tests/unit
+    uv run --group test python bench/edit_to_result.py tests/unit/environments tests/unit/algorithms/test_grpo.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _bench_common import ROOT, machine, md_table, print_table, today, update_section  # noqa: E402
+
+SECTION = "edit-to-result"
+TARGET_NOEDIT_S = 5.0
+DEFAULT_EDIT = "nemo_rl/environments/math_environment.py"
+EDIT_TEXT = "\n\ndef _edit_to_result_bench_unused() -> int:\n    return 1\n"
+# Not copied: environments, caches and every selection/results artifact of the real tree.
+IGNORE = shutil.ignore_patterns(
+    ".venv", ".git", "__pycache__", "*.pyc", ".pytest_cache", ".mypy_cache", ".ruff_cache",
+    ".testmondata*", ".nrl_remote_map.json", ".nrl_remote_state.json", ".coverage*",
+    "unit_results", "unit_results.json", "results", "logs", "checkpoints",
+)
+
+
+@dataclass
+class Run:
+    label: str
+    wall_s: float
+    exit_code: int
+    ran: list[str] = field(default_factory=list)
+    ray_starts: int = 0
+    summary: str = ""
+
+
+def copy_repo(dest: Path) -> Path:
+    repo = dest / "repo"
+    shutil.copytree(ROOT, repo, ignore=IGNORE, symlinks=True)
+    return repo
+
+
+def run_pytest(repo: Path, label: str, args: list[str], timeout: int) -> Run:
+    ray_tmp = Path(tempfile.mkdtemp(prefix="ray_e2r_", dir="/tmp"))
+    junit = Path(tempfile.mkdtemp(prefix="e2r_junit_")) / "junit.xml"
+    env = dict(os.environ, RAY_TMPDIR=str(ray_tmp), TESTHARNESS_RESULTS_DIR=str(junit.parent / "results"))
+    env["PYTHONPATH"] = os.pathsep.join([str(repo), str(repo / "tools" / "py")])
+    env.pop("RAY_ADDRESS", None)
+    # Keep the cache provider: testmon 2.2 reads its --lf option (KeyError 'lf' without it).
+    cmd = [sys.executable, "-m", "pytest", "-q", f"--junitxml={junit}", *args]
+    print(f"edit_to_result: [{label}] pytest {' '.join(args)}", flush=True)
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=timeout)
+        code, out = proc.returncode, proc.stdout
+        if code not in (0, 1, 5):  # usage or internal error: show why, the numbers are void
+            print(f"edit_to_result: [{label}] pytest exit {code}:\n{(proc.stdout + proc.stderr)[-3000:]}", file=sys.stderr)
+    except subprocess.TimeoutExpired:
+        code, out = -1, ""
+    wall = time.perf_counter() - t0
+    run = Run(label=label, wall_s=wall, exit_code=code)
+    lines = [ln for ln in out.splitlines() if ln.strip()]
+    run.summary = lines[-1].strip("= ") if lines else ""
+    try:
+        root = ET.parse(junit).getroot()
+        for case in root.iter("testcase"):
+            skipped = case.find("skipped") is not None
+            if not skipped:
+                run.ran.append(f"{case.get('classname', '')}::{case.get('name', '')}")
+    except (OSError, ET.ParseError):
+        pass
+    run.ray_starts = sum(1 for p in ray_tmp.rglob("session_2*") if p.is_dir() and not p.is_symlink())
+    shutil.rmtree(ray_tmp, ignore_errors=True)
+    shutil.rmtree(junit.parent, ignore_errors=True)
+    return run
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("paths", nargs="*", default=["tests/unit"], help="test paths (default tests/unit)")
+    ap.add_argument("--edit", default=DEFAULT_EDIT, help=f"module to edit in the copy (default {DEFAULT_EDIT})")
+    ap.add_argument("--timeout", type=int, default=1800, help="seconds per pytest run")
+    ap.add_argument("--no-baseline", action="store_true", help="skip the plain run without testmon")
+    ap.add_argument("--keep", action="store_true", help="keep the copy (its path is printed)")
+    ap.add_argument("--no-docs", action="store_true", help="print only; do not touch docs/benchmarks.md")
+    args = ap.parse_args(argv)
+    target = ROOT / args.edit
+    if not target.is_file():
+        print(f"edit_to_result: --edit {args.edit}: no such file in the repository", file=sys.stderr)
+        return 2
+    for p in args.paths:
+        if not (ROOT / p.split("::", 1)[0]).exists():
+            print(f"edit_to_result: test path {p!r} does not exist", file=sys.stderr)
+            return 2
+    tmp = Path(tempfile.mkdtemp(prefix="edit_to_result_"))
+    runs: list[Run] = []
+    try:
+        repo = copy_repo(tmp)
+        tm = ["--testmon", *args.paths]
+        runs.append(run_pytest(repo, "seed (--testmon, first run)", tm, args.timeout))
+        runs.append(run_pytest(repo, "no edit (--testmon)", tm, args.timeout))
+        edited = repo / args.edit
+        original = edited.read_bytes()
+        edited.write_bytes(original + EDIT_TEXT.encode())
+        try:
+            runs.append(run_pytest(repo, f"edit {args.edit} (--testmon)", tm, args.timeout))
+        finally:
+            edited.write_bytes(original)  # the copy is restored exactly (and then deleted)
+        runs.append(run_pytest(repo, "restored, again (--testmon)", tm, args.timeout))
+        if not args.no_baseline:
+            runs.append(run_pytest(repo, "everything (no testmon)", list(args.paths), args.timeout))
+    finally:
+        if args.keep:
+            print(f"edit_to_result: copy kept at {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    header = ["run", "wall", "tests run", "Ray starts", "pytest summary"]
+    rows = [[r.label, f"{r.wall_s:.1f} s", len(r.ran), r.ray_starts, f"{r.summary} (exit {r.exit_code})"] for r in runs]
+    print_table("Edit to result", header, rows)
+    noedit, edit = runs[1], runs[2]
+    ok = noedit.wall_s <= TARGET_NOEDIT_S and noedit.ray_starts == 0
+    edit_files = sorted({t.split("::", 1)[0] for t in edit.ran})
+    notes = [
+        f"no edit: {noedit.wall_s:.1f} s, {len(noedit.ran)} tests, {noedit.ray_starts} Ray start(s) "
+        f"(target <= {TARGET_NOEDIT_S:g} s and no Ray start: "
+        + ("met" if ok else f"MISSED{f' by {noedit.wall_s - TARGET_NOEDIT_S:.1f} s' if noedit.wall_s > TARGET_NOEDIT_S else ''}") + ")",
+        f"edit to `{args.edit}`: {len(edit.ran)} tests ran, from: " + (", ".join(f"`{f}`" for f in edit_files) or "none"),
+    ]
+    base = runs[-1] if not args.no_baseline else runs[0]
+    notes.append(f"vs running everything: {base.wall_s:.1f} s, {len(base.ran)} tests ({base.label})")
+    for n in notes:
+        print(n.replace("`", ""))
+    scope = " ".join(args.paths)
+    body = [
+        "## Edit-to-result time with testmon (bench/edit_to_result.py)",
+        "",
+        f"Measured {today()} on {machine()}, with `uv run --group test python bench/edit_to_result.py"
+        f"{'' if args.paths == ['tests/unit'] else ' ' + scope}` on a copy of the repository "
+        f"(test paths: `{scope}`; the edit appends an unused function to `{args.edit}`).",
+        "",
+        md_table(header, rows),
+        "",
+        *[f"- {n}" for n in notes],
+    ]
+    if not args.no_docs:
+        update_section(SECTION, "\n".join(body) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
