@@ -149,7 +149,8 @@ def discover_mutants(cfg: SelectConfig) -> list[tuple[str, str, int, int]]:
 
 
 def pytest_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args]
+    # No `-p no:cacheprovider`: pytest-testmon 2.2 crashes without the cache plugin.
+    return [sys.executable, "-m", "pytest", *args]
 
 
 def run(cmd: list[str], env: dict[str, str], timeout: int) -> subprocess.CompletedProcess[str]:
