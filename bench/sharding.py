@@ -16,10 +16,8 @@ Prints a table and rewrites only its own section of docs/benchmarks.md (between 
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
@@ -31,10 +29,16 @@ try:
 except ImportError:  # run without the package installed: use the checkout
     sys.path.insert(0, str(ROOT / "tools" / "py"))
 
-from testharness.history import find_project_root, load_history, recorded_durations, resolve_history_dir
+from testharness.history import (
+    find_project_root,
+    load_history,
+    recorded_durations,
+    resolve_history_dir,
+)
 from testharness.shard_plan import plan_shards
 
-START, END = "<!-- sharding:start -->", "<!-- sharding:end -->"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _bench_common import update_section
 
 
 @dataclass(frozen=True)
@@ -143,21 +147,6 @@ def print_table(title: str, rows: Sequence[Row]) -> None:
     Console().print(table)
 
 
-def update_docs(path: Path, body: str) -> None:
-    """Replace only our section (create the file or the section if missing); atomic write."""
-    section = f"{START}\n{body.rstrip()}\n{END}"
-    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
-    if START in text and END in text and text.index(START) < text.index(END):
-        text = text[: text.index(START)] + section + text[text.index(END) + len(END) :]
-    else:
-        text = text.rstrip() + "\n\n" + section + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--shards", default="2,3,4,8", help="comma-separated shard counts (default 2,3,4,8)")
@@ -214,7 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sections.append(f"### {title}\n\n{markdown_table(rows)}")
 
     if not args.no_docs:
-        update_docs(Path(args.docs), "\n\n".join(sections))
+        update_section("sharding", "\n\n".join(sections), Path(args.docs))
         print(f"updated the sharding section of {args.docs}")
     return 0
 

@@ -7,30 +7,15 @@ e.g. `uv run examples/run_grpo_math.py grpo.max_num_steps=3 policy.init_from_sft
 
 from __future__ import annotations
 
-import argparse
 import sys
-from pathlib import Path
-from typing import cast
 
-from nemo_rl.algorithms.grpo import GRPOMasterConfig, default_config_path, grpo_train
-from nemo_rl.config import ConfigError, load_config
+from _cli import run_example
 
-from _test_assets import ensure_test_assets
+from nemo_rl.algorithms.grpo import default_config_path, grpo_train
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="GRPO on math with nemo_rl")
-    parser.add_argument("--config", type=Path, default=default_config_path())
-    parser.add_argument("overrides", nargs="*", help="dotted key=value overrides")
-    args = parser.parse_args(argv)
-    try:
-        cfg = cast(GRPOMasterConfig, load_config(args.config, args.overrides))
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    ensure_test_assets([cfg["policy"]["model_name"], cfg["data"]["train_path"], cfg["data"]["val_path"]])
-    grpo_train(cfg)
-    return 0
+    return run_example("GRPO on math with nemo_rl", default_config_path(), grpo_train, argv)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 # Enough steps for the tiny model to learn on CPU in well under a minute of training.
 NUM_STEPS=40
 VAL_PERIOD=10
+SFT_OVERRIDES=()   # variants that reuse this script (sft_megatron.sh) put their switches here
 
 run_experiment() {
     functional_require_assets \
@@ -18,7 +19,7 @@ run_experiment() {
         tests/unit/test_assets/tokenizer \
         tests/unit/test_assets/data/sft_train.jsonl \
         tests/unit/test_assets/data/sft_val.jsonl || return $?
-    functional_python examples/run_sft.py \
+    functional_python examples/run_sft.py "${SFT_OVERRIDES[@]}" \
         sft.max_num_steps="$NUM_STEPS" \
         sft.val_period="$VAL_PERIOD" \
         logger.log_dir="$LOG_DIR" \
@@ -43,9 +44,15 @@ check_experiment() {
 }
 
 # The step count the checks expect follows a sft.max_num_steps=N override.
-STEPS=$NUM_STEPS
-for arg in "$@"; do
-    case "$arg" in sft.max_num_steps=*) STEPS="${arg#*=}" ;; esac
-done
+sft_expected_steps() {
+    STEPS=$NUM_STEPS
+    for arg in "$@"; do
+        case "$arg" in sft.max_num_steps=*) STEPS="${arg#*=}" ;; esac
+    done
+}
 
-functional_main "$@"
+# Run only when executed; a variant sources this file for its functions and runs itself.
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+    sft_expected_steps "$@"
+    functional_main "$@"
+fi
