@@ -14,6 +14,8 @@
     uv run --group test python bench/selection.py                     # everything
     uv run --group test python bench/selection.py --max-mutants 20    # a sample
     uv run --group test python bench/selection.py --skip-mutants      # timings only
+    uv run --group test python bench/selection.py -x --mutant nemo_rl/config.py::load_config tests/unit/algorithms
+                                      # chosen mutants, library tests only, stop at first failure
 """
 
 from __future__ import annotations
@@ -161,13 +163,14 @@ def collected_ids(output: str) -> set[str]:
     return {line.strip() for line in output.splitlines() if "::" in line and not line.startswith(("ERROR", "FAILED"))}
 
 
-def run_tests(ids: list[str], env: dict[str, str], timeout: int, out: Path) -> dict[str, list[object]]:
+def run_tests(ids: list[str], env: dict[str, str], timeout: int, out: Path, first_failure: bool = False) -> dict[str, list[object]]:
     if not ids:
         return {}
     args_file = out.with_suffix(".args")
     args_file.write_text("\n".join(ids))
     env = dict(env, SELECTION_BENCH_OUT=str(out))
-    run(pytest_cmd("-p", "no:testmon", "-p", "bench.selection_durations", "-q", f"@{args_file}"), env, timeout)
+    stop = ["-x"] if first_failure else []
+    run(pytest_cmd("-p", "no:testmon", "-p", "bench.selection_durations", "-q", *stop, f"@{args_file}"), env, timeout)
     try:
         return dict(json.loads(out.read_text()))
     except (OSError, json.JSONDecodeError):
@@ -175,7 +178,10 @@ def run_tests(ids: list[str], env: dict[str, str], timeout: int, out: Path) -> d
 
 
 def mutation_benchmark(args: argparse.Namespace, cfg: SelectConfig) -> dict[str, object]:
-    env = dict(os.environ, RAY_TMPDIR=os.environ.get("RAY_TMPDIR", "/tmp/ray_selbench"), PYTHONPATH=str(ROOT))
+    # Prepend (not replace) PYTHONPATH: this checkout's packages must win over editable installs
+    # of another checkout, in pytest and in Ray workers alike.
+    pypath = os.pathsep.join(p for p in (str(ROOT), str(ROOT / "tools" / "py"), os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, RAY_TMPDIR=os.environ.get("RAY_TMPDIR", "/tmp/ray_selbench"), PYTHONPATH=pypath)
     work = Path(tempfile.mkdtemp(prefix="selbench_run_"))
     keep = [ROOT / ".testmondata", ROOT / store.MAP_NAME, ROOT / store.STATE_NAME]
     saved = work / "saved"
@@ -195,6 +201,12 @@ def mutation_benchmark(args: argparse.Namespace, cfg: SelectConfig) -> dict[str,
         base = json.loads((work / "base.json").read_text())
         passing = {n for n, (o, _) in base.items() if o == "passed"}
         dur = {n: float(d) for n, (o, d) in base.items()}
+        # Mutant runs keep the baseline's execution order: some tests rely on an earlier test
+        # of their module (a module-scoped fixture's state), so a reordered run fails spuriously.
+        order = {n: k for k, n in enumerate(base)}
+
+        def in_order(ids: set[str]) -> list[str]:
+            return sorted(ids, key=lambda n: (order.get(n, len(order)), n))
         total = sum(dur[n] for n in passing) or 1.0
         snap = work / "snap"
         snap.mkdir()
@@ -205,6 +217,12 @@ def mutation_benchmark(args: argparse.Namespace, cfg: SelectConfig) -> dict[str,
         mutants = discover_mutants(cfg)
         rng = random.Random(args.seed)
         rng.shuffle(mutants)
+        if args.mutants:  # an explicit list, in the order given
+            by_name = {f"{rel}::{name}": m for m in mutants for rel, name in [m[:2]]}
+            unknown = [m for m in args.mutants if m not in by_name]
+            if unknown:
+                raise SystemExit(f"selection bench: unknown mutant(s): {', '.join(unknown)}")
+            mutants = [by_name[m] for m in args.mutants]
         if args.max_mutants:
             mutants = mutants[: args.max_mutants]
         rows = []
@@ -227,15 +245,30 @@ def mutation_benchmark(args: argparse.Namespace, cfg: SelectConfig) -> dict[str,
                 )
                 union &= passing
                 tm &= passing
-                res = run_tests(sorted(union), env, args.timeout, work / f"m{i}.json")
-                failing = {n for n, (o, _) in res.items() if o == "failed"}
-                if not failing:  # learn whether anything else fails
-                    rest = sorted(passing - union)
-                    res2 = run_tests(rest, env, args.timeout, work / f"m{i}r.json")
-                    failing = {n for n, (o, _) in res2.items() if o == "failed"}
+                if args.first_failure:
+                    # Stop at the first failing test. Each selection runs as that selector would
+                    # run it (its tests, baseline order), so both safety values stay exact:
+                    # the union first; testmon's own picks only if the union's failure is not
+                    # one of them; the rest only if the union found nothing.
+                    res = run_tests(in_order(union), env, args.timeout, work / f"m{i}u.json", first_failure=True)
+                    failing: set[str] = {n for n, (o, _) in res.items() if o == "failed"}
+                    if failing and not failing & tm:
+                        res = run_tests(in_order(tm), env, args.timeout, work / f"m{i}t.json", first_failure=True)
+                        failing |= {n for n, (o, _) in res.items() if o == "failed"}
+                    elif not failing:
+                        res = run_tests(in_order(passing - union), env, args.timeout, work / f"m{i}r.json", first_failure=True)
+                        failing = {n for n, (o, _) in res.items() if o == "failed"}
+                else:
+                    res = run_tests(in_order(union), env, args.timeout, work / f"m{i}.json")
+                    failing = {n for n, (o, _) in res.items() if o == "failed"}
+                    if not failing:  # learn whether anything else fails
+                        rest = in_order(passing - union)
+                        res2 = run_tests(rest, env, args.timeout, work / f"m{i}r.json")
+                        failing = {n for n, (o, _) in res2.items() if o == "failed"}
                 row = {
                     "mutant": f"{rel}::{name}",
                     "fails": len(failing),
+                    "failed": sorted(failing)[:2],
                     "ours_safe": bool(failing & union),
                     "tm_safe": bool(failing & tm),
                     "ours_cost": sum(dur.get(n, 0.0) for n in union) / total,
@@ -308,6 +341,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=int, default=900, help="seconds per pytest run")
     ap.add_argument("--skip-mutants", action="store_true")
+    ap.add_argument("--mutant", dest="mutants", action="append", default=[], metavar="PATH::QUALNAME",
+                    help="mutate exactly these functions (repeatable), e.g. nemo_rl/config.py::load_config")
+    ap.add_argument("-x", "--first-failure", action="store_true",
+                    help="stop each mutant's runs at the first failing test (faster; 'fails' counts only those seen)")
     ap.add_argument("--no-docs", action="store_true", help="print only; do not touch docs/benchmarks.md")
     ap.add_argument("tests", nargs="*", default=["tests/unit"], help="test paths (default tests/unit)")
     args = ap.parse_args(argv)
@@ -324,7 +361,9 @@ def main(argv: list[str] | None = None) -> int:
             print("selection bench: [tool.testharness] source_packages is not set; skipping mutants", file=sys.stderr)
         else:
             mut = mutation_benchmark(args, cfg)
-            if args.max_mutants:
+            if args.mutants:
+                note = f"{len(args.mutants)} chosen mutants; tests: {' '.join(args.tests)}."
+            elif args.max_mutants:
                 note = f"Sample of {args.max_mutants} mutants (seed {args.seed}); tests: {' '.join(args.tests)}."
     text = render(timings, mut, note)
     print(text)

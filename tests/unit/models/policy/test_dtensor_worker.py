@@ -48,16 +48,20 @@ def test_training_steps_lower_the_loss(policy: Policy, batch, tracker) -> None:
 
 
 def test_checkpoint_round_trip(policy: Policy, batch, tmp_path) -> None:
+    policy.train(batch, NLLLoss())  # a step of its own, so the test does not rely on test order
     policy.save_checkpoint(str(tmp_path / "ck"))
     saved = policy.get_logprobs(batch)
-    step_before = policy.info()
     policy.train(batch, NLLLoss())
     assert not torch.allclose(policy.get_logprobs(batch), saved)
     assert policy.load_checkpoint(str(tmp_path / "ck")) >= 1
     assert torch.allclose(policy.get_logprobs(batch), saved, atol=1e-6)
-    # The HF export loads with plain transformers and scores the same.
-    model = AutoModelForCausalLM.from_pretrained(str(tmp_path / "ck" / "hf")).eval()
-    assert model.config.vocab_size > 0 and step_before
+    # The HF export loads with plain transformers and gives the checkpoint's scores.
+    model = AutoModelForCausalLM.from_pretrained(str(tmp_path / "ck" / "hf"), dtype=torch.float32).eval()
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    hf = torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, batch["input_ids"][:, 1:, None]).squeeze(-1)
+    mask = batch["attention_mask"][:, 1:].bool()
+    assert (hf[mask] - saved[:, 1:][mask]).abs().max() < (1e-4 if policy.info()[0]["dtype"] == "float32" else 5e-2)
 
 
 def test_generation_is_seeded(policy: Policy, tiny_llama: str) -> None:
