@@ -10,7 +10,15 @@ import torch
 from torch import Tensor
 
 from nemo_rl.algorithms.loss_functions import ClippedPGLoss
-from nemo_rl.algorithms.sft import CheckpointingConfig, ClusterConfig, local_path_or_name, skip
+from nemo_rl.algorithms.utils import (
+    CheckpointingConfig,
+    ClusterConfig,
+    due,
+    local_path_or_name,
+    resume_from_latest,
+    save_if_due,
+    skip,
+)
 from nemo_rl.data.datasets import MathProblem, batches, load_math_dataset
 from nemo_rl.data.tokenize import pad_batch, prompt_ids
 from nemo_rl.distributed.ray_cluster import init_ray
@@ -128,12 +136,8 @@ def grpo_train(cfg: GRPOMasterConfig) -> dict[str, float]:
     ckpt = CheckpointManager(ckpt_cfg["checkpoint_dir"], ckpt_cfg["keep_top_k"])
     loss_fn = ClippedPGLoss(lcfg["ratio_clip_min"], lcfg["ratio_clip_max"], lcfg["kl_coef"])
     group = g["num_generations_per_prompt"]
-    step = 0
     try:
-        latest = ckpt.latest() if ckpt_cfg["enabled"] else None
-        if latest is not None:
-            step = policy.load_checkpoint(str(latest / "policy"))
-            logger.console.print(f"[grpo] resumed from {latest} at step {step}")
+        step = resume_from_latest(policy, ckpt, ckpt_cfg, logger, "grpo")
         if g["val_period"] > 0 and step == 0:
             logger.log(validate(policy, tokenizer, env, val_data, pcfg["generation"]), 0)
         it = skip(batches(train_data, g["num_prompts_per_step"], g["seed"], cfg["data"]["shuffle"]), step)
@@ -165,14 +169,10 @@ def grpo_train(cfg: GRPOMasterConfig) -> dict[str, float]:
                 "timing/generation_s": t_gen, "timing/train_s": time.perf_counter() - t1,
                 "timing/step_s": time.perf_counter() - t0,
             }
-            if g["val_period"] > 0 and (step % g["val_period"] == 0 or step == g["max_num_steps"]):
+            if due(step, g["val_period"], g["max_num_steps"]):
                 metrics.update(validate(policy, tokenizer, env, val_data, pcfg["generation"]))
             logger.log(metrics, step)
-            if ckpt_cfg["enabled"] and ckpt_cfg["save_period"] > 0 and (
-                step % ckpt_cfg["save_period"] == 0 or step == g["max_num_steps"]
-            ):
-                policy.save_checkpoint(str(ckpt.step_dir(step) / "policy"))
-                ckpt.finalize(step, {"step": step, **metrics})
+            save_if_due(policy, ckpt, ckpt_cfg, step, g["max_num_steps"], metrics)
         return metrics
     finally:
         logger.close()

@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Iterator, TypedDict
+from typing import Any, TypedDict
 
 from nemo_rl.algorithms.loss_functions import NLLLoss
+from nemo_rl.algorithms.utils import (
+    CheckpointingConfig,
+    ClusterConfig,
+    due,
+    local_path_or_name,
+    resume_from_latest,
+    save_if_due,
+    skip,
+)
 from nemo_rl.data.datasets import Message, batches, load_chat_dataset
 from nemo_rl.data.tokenize import sft_batch
 from nemo_rl.distributed.ray_cluster import init_ray
@@ -31,18 +40,6 @@ class DataConfig(TypedDict):
     shuffle: bool
 
 
-class ClusterConfig(TypedDict):
-    num_workers: int
-    gpus_per_worker: str | float
-
-
-class CheckpointingConfig(TypedDict):
-    enabled: bool
-    checkpoint_dir: str
-    save_period: int
-    keep_top_k: int
-
-
 class SFTMasterConfig(TypedDict):
     sft: SFTConfig
     policy: PolicyConfig
@@ -50,17 +47,6 @@ class SFTMasterConfig(TypedDict):
     cluster: ClusterConfig
     checkpointing: CheckpointingConfig
     logger: LoggerConfig
-
-
-def local_path_or_name(name: str) -> str:
-    """Absolute path for a local folder (workers may run elsewhere), else the hub name unchanged."""
-    return str(Path(name).resolve()) if Path(name).exists() else name
-
-
-def skip(it: Iterator[Any], n: int) -> Iterator[Any]:
-    for _ in range(n):
-        next(it)
-    return it
 
 
 def validate(policy: Policy, tokenizer: Any, val_data: list[list[Message]], cfg: SFTMasterConfig) -> dict[str, float]:
@@ -88,12 +74,8 @@ def sft_train(cfg: SFTMasterConfig) -> dict[str, float]:
     policy = Policy(pcfg, cluster)
     logger = Logger(cfg["logger"])
     ckpt = CheckpointManager(ckpt_cfg["checkpoint_dir"], ckpt_cfg["keep_top_k"])
-    step = 0
     try:
-        latest = ckpt.latest() if ckpt_cfg["enabled"] else None
-        if latest is not None:
-            step = policy.load_checkpoint(str(latest / "policy"))
-            logger.console.print(f"[sft] resumed from {latest} at step {step}")
+        step = resume_from_latest(policy, ckpt, ckpt_cfg, logger, "sft")
         info = policy.info()[0]
         logger.console.print(f"[sft] {policy.world_size} worker(s) on {info['device']} ({info['dtype']}), "
                              f"{info['num_params']:,} parameters per worker, steps {step + 1}..{sft['max_num_steps']}")
@@ -109,14 +91,10 @@ def sft_train(cfg: SFTMasterConfig) -> dict[str, float]:
             metrics = {"train/loss": out["loss"], "train/grad_norm": out["grad_norm"], "train/lr": out["lr"],
                        "train/tokens_per_sec": float(batch["attention_mask"].sum()) / elapsed,
                        "timing/step_s": elapsed}
-            if sft["val_period"] > 0 and (step % sft["val_period"] == 0 or step == sft["max_num_steps"]):
+            if due(step, sft["val_period"], sft["max_num_steps"]):
                 metrics.update(validate(policy, tokenizer, val_data, cfg))
             logger.log(metrics, step)
-            if ckpt_cfg["enabled"] and ckpt_cfg["save_period"] > 0 and (
-                step % ckpt_cfg["save_period"] == 0 or step == sft["max_num_steps"]
-            ):
-                policy.save_checkpoint(str(ckpt.step_dir(step) / "policy"))
-                ckpt.finalize(step, {"step": step, **metrics})
+            save_if_due(policy, ckpt, ckpt_cfg, step, sft["max_num_steps"], metrics)
         return metrics
     finally:
         logger.close()

@@ -32,12 +32,8 @@ from nemo_rl.models.megatron.model import (
     load_weights,
     model_weights,
 )
-from nemo_rl.models.policy.interfaces import LossFunction, PolicyConfig
-from nemo_rl.models.policy.workers.dtensor_policy_worker import (
-    micro_batches,
-    resolve_dtype,
-    token_logprobs,
-)
+from nemo_rl.models.policy.interfaces import PolicyConfig
+from nemo_rl.models.policy.workers.base import PolicyWorkerBase, resolve_dtype, token_logprobs
 
 SEED = 1234
 
@@ -51,7 +47,7 @@ def load_hf_weights(model_name: str) -> tuple[Any, dict[str, Tensor]]:
     return cfg, {k: v.detach() for k, v in hf.state_dict().items()}
 
 
-class MegatronPolicyWorker:
+class MegatronPolicyWorker(PolicyWorkerBase):
     # A CPU run needs the test-support shim (see the module docstring); subclasses there set this.
     allow_cpu: bool = False
 
@@ -115,7 +111,7 @@ class MegatronPolicyWorker:
         tensor_parallel.model_parallel_cuda_manual_seed(seed)
 
     # ---- helpers -------------------------------------------------------------------------
-    def _tp_gather(self, batch: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    def _local_batch(self, batch: Mapping[str, Tensor]) -> dict[str, Tensor]:
         """This rank's shard -> the rows of its whole TP group (TP rank order), on the device."""
         data = {k: v.to(self.device) for k, v in batch.items()}
         if self.tp == 1:
@@ -131,7 +127,7 @@ class MegatronPolicyWorker:
         rows = t.shape[0] // self.tp
         return t[self.tp_rank * rows:(self.tp_rank + 1) * rows]
 
-    def _dp_sum(self, value: Tensor) -> Tensor:
+    def _global_sum(self, value: Tensor) -> Tensor:
         value = value.detach().to(self.device, torch.float32).clone()
         if self.dp_size > 1:
             dist.all_reduce(value, group=self.dp_group)
@@ -142,8 +138,13 @@ class MegatronPolicyWorker:
             logits = forward_logits(model, mb["input_ids"], mb["attention_mask"])
         return token_logprobs(logits, mb["input_ids"])
 
-    def _clip_grads(self, max_norm: float) -> float:
-        """Global L2 norm of the gradients (split params summed over TP, replicated ones once); clip."""
+    def _reduce_and_clip_grads(self, max_norm: float) -> float:
+        """Sum gradients over data parallelism (the loss is already / global tokens), then the
+        global L2 norm (split params summed over TP, replicated ones once), and clip."""
+        if self.dp_size > 1:
+            for p in self.model.parameters():
+                if p.grad is not None:
+                    dist.all_reduce(p.grad, group=self.dp_group)
         split = torch.zeros((), device=self.device)
         replicated = torch.zeros((), device=self.device)
         grads = []
@@ -171,60 +172,6 @@ class MegatronPolicyWorker:
                 "dtype": str(self.dtype).removeprefix("torch."), "pid": os.getpid(),
                 "num_params": sum(p.numel() for p in self.model.parameters()),
                 "backend": "megatron", "tensor_model_parallel_size": self.tp}
-
-    def train(self, batch: Mapping[str, Tensor], loss_fn: LossFunction, micro_batch_size: int | None = None) -> dict[str, float]:
-        """One optimizer step; same metrics as the DTensor worker (loss per token over the global batch)."""
-        self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        data = self._tp_gather(batch)
-        global_tokens = self._dp_sum(data["token_mask"].sum()).clamp(min=1.0)
-        mbs = micro_batch_size or self.cfg["train_micro_batch_size"]
-        loss_sum = torch.zeros((), device=self.device)
-        metric_sums: dict[str, Tensor] = {}
-        for mb in micro_batches(data, mbs):
-            loss, metrics = loss_fn(self._forward_logprobs(self.model, mb), mb)
-            (loss / global_tokens).backward()
-            loss_sum += loss.detach()
-            for k, v in metrics.items():
-                metric_sums[k] = metric_sums.get(k, torch.zeros((), device=self.device)) + v.detach().float()
-        if self.dp_size > 1:  # data parallelism: gradients are summed (the loss is already / global tokens)
-            for p in self.model.parameters():
-                if p.grad is not None:
-                    dist.all_reduce(p.grad, group=self.dp_group)
-        grad_norm = self._clip_grads(self.cfg["max_grad_norm"])
-        lr = self.scheduler.get_last_lr()[0]
-        if math.isfinite(grad_norm):
-            self.optimizer.step()
-        self.scheduler.step()
-        self.step += 1
-        out = {"loss": float(self._dp_sum(loss_sum) / global_tokens), "grad_norm": grad_norm,
-               "lr": float(lr), "num_tokens": float(global_tokens)}
-        for k, v in metric_sums.items():
-            out[k] = float(self._dp_sum(v) / global_tokens)
-        return out
-
-    @torch.no_grad()
-    def evaluate(self, batch: Mapping[str, Tensor], loss_fn: LossFunction) -> dict[str, float]:
-        """Loss without a gradient step (validation)."""
-        self.model.eval()
-        data = self._tp_gather(batch)
-        global_tokens = self._dp_sum(data["token_mask"].sum()).clamp(min=1.0)
-        loss_sum = torch.zeros((), device=self.device)
-        for mb in micro_batches(data, self.cfg["train_micro_batch_size"]):
-            loss, _ = loss_fn(self._forward_logprobs(self.model, mb), mb)
-            loss_sum += loss
-        return {"loss": float(self._dp_sum(loss_sum) / global_tokens), "num_tokens": float(global_tokens)}
-
-    @torch.no_grad()
-    def get_logprobs(self, batch: Mapping[str, Tensor], reference: bool = False) -> Tensor:
-        """[B, T] token log-probabilities of this rank's rows, on CPU."""
-        model = self.reference_model if reference else self.model
-        if model is None:
-            raise RuntimeError("this worker was started without a reference model")
-        model.eval()
-        data = self._tp_gather(batch)
-        out = [self._forward_logprobs(model, mb) for mb in micro_batches(data, self.cfg["logprob_micro_batch_size"])]
-        return self._own_rows(torch.cat(out)).cpu()
 
     def generate(self, batch: Mapping[str, Tensor], cfg: GenerationConfig) -> GenerationOutput:
         raise NotImplementedError(

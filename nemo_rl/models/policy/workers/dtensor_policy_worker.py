@@ -6,10 +6,9 @@ when the group has more than one worker, and trains, scores and samples on reque
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
-from typing import Any, Iterator, Mapping, cast
+from typing import Any, Mapping, cast
 
 import torch
 import torch.distributed as dist
@@ -18,32 +17,11 @@ from torch import Tensor
 from nemo_rl.distributed.worker_group import init_distributed
 from nemo_rl.models.generation import hf_sampler
 from nemo_rl.models.generation.interfaces import GenerationConfig, GenerationOutput
-from nemo_rl.models.policy.interfaces import LossFunction, PolicyConfig
+from nemo_rl.models.policy.interfaces import PolicyConfig
+from nemo_rl.models.policy.workers.base import PolicyWorkerBase, resolve_dtype, token_logprobs
 
 
-def resolve_dtype(precision: str, on_gpu: bool) -> torch.dtype:
-    if precision == "auto":
-        return torch.bfloat16 if on_gpu else torch.float32
-    table = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-    if precision not in table:
-        raise ValueError(f"policy.precision must be auto, float32, bfloat16 or float16, got {precision!r}")
-    return table[precision]
-
-
-def token_logprobs(logits: Tensor, input_ids: Tensor) -> Tensor:
-    """[B, T] log p(input_ids[:, t] | < t) in float32; 0 at t = 0."""
-    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-    picked = logp.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
-    return torch.nn.functional.pad(picked, (1, 0))
-
-
-def micro_batches(batch: Mapping[str, Tensor], size: int) -> Iterator[dict[str, Tensor]]:
-    n = next(iter(batch.values())).shape[0]
-    for start in range(0, n, size):
-        yield {k: v[start:start + size] for k, v in batch.items()}
-
-
-class DTensorPolicyWorker:
+class DTensorPolicyWorker(PolicyWorkerBase):
     def __init__(self, config: PolicyConfig, init_reference_model: bool = False) -> None:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
@@ -82,15 +60,19 @@ class DTensorPolicyWorker:
         )
         self.step = 0
 
-    # ---- helpers -------------------------------------------------------------------------
-    def _to_device(self, batch: Mapping[str, Tensor]) -> dict[str, Tensor]:
-        return {k: v.to(self.device) for k, v in batch.items()}
-
-    def _all_sum(self, value: Tensor) -> Tensor:
+    # ---- hooks of PolicyWorkerBase -------------------------------------------------------
+    def _global_sum(self, value: Tensor) -> Tensor:
         value = value.detach().to(self.device, torch.float32).clone()
         if self.world_size > 1:
             dist.all_reduce(value)
         return value
+
+    def _loss_scale(self) -> float:
+        return float(self.world_size)  # FSDP averages gradients over ranks: make it a sum
+
+    def _reduce_and_clip_grads(self, max_norm: float) -> float:
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
 
     def _forward_logprobs(self, model: Any, mb: Mapping[str, Tensor]) -> Tensor:
         attn = mb["attention_mask"]
@@ -100,71 +82,17 @@ class DTensorPolicyWorker:
             logits = model(input_ids=mb["input_ids"], attention_mask=attn, position_ids=positions).logits
         return token_logprobs(logits, mb["input_ids"])
 
-    # ---- API -----------------------------------------------------------------------------
+    # ---- API (train / evaluate / get_logprobs come from PolicyWorkerBase) ------------------
     def info(self) -> dict[str, Any]:
         return {"rank": self.rank, "world_size": self.world_size, "device": str(self.device),
                 "dtype": str(self.dtype).removeprefix("torch."), "pid": os.getpid(),
                 "num_params": sum(p.numel() for p in self.model.parameters())}
 
-    def train(self, batch: Mapping[str, Tensor], loss_fn: LossFunction, micro_batch_size: int | None = None) -> dict[str, float]:
-        """One optimizer step on this worker's shard of the global batch."""
-        self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        data = self._to_device(batch)
-        global_tokens = self._all_sum(data["token_mask"].sum()).clamp(min=1.0)
-        mbs = micro_batch_size or self.cfg["train_micro_batch_size"]
-        loss_sum = torch.zeros((), device=self.device)
-        metric_sums: dict[str, Tensor] = {}
-        for mb in micro_batches(data, mbs):
-            logprobs = self._forward_logprobs(self.model, mb)
-            loss, metrics = loss_fn(logprobs, mb)
-            # FSDP averages gradients over ranks; scale so the result is sum / global tokens.
-            (loss * self.world_size / global_tokens).backward()
-            loss_sum += loss.detach()
-            for k, v in metrics.items():
-                metric_sums[k] = metric_sums.get(k, torch.zeros((), device=self.device)) + v.detach().float()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg["max_grad_norm"])
-        if hasattr(grad_norm, "full_tensor"):
-            grad_norm = grad_norm.full_tensor()
-        lr = self.scheduler.get_last_lr()[0]
-        if math.isfinite(float(grad_norm)):
-            self.optimizer.step()
-        self.scheduler.step()
-        self.step += 1
-        out = {"loss": float(self._all_sum(loss_sum) / global_tokens), "grad_norm": float(grad_norm),
-               "lr": float(lr), "num_tokens": float(global_tokens)}
-        for k, v in metric_sums.items():
-            out[k] = float(self._all_sum(v) / global_tokens)
-        return out
-
-    @torch.no_grad()
-    def evaluate(self, batch: Mapping[str, Tensor], loss_fn: LossFunction) -> dict[str, float]:
-        """Loss without a gradient step (validation)."""
-        self.model.eval()
-        data = self._to_device(batch)
-        global_tokens = self._all_sum(data["token_mask"].sum()).clamp(min=1.0)
-        loss_sum = torch.zeros((), device=self.device)
-        for mb in micro_batches(data, self.cfg["train_micro_batch_size"]):
-            loss, _ = loss_fn(self._forward_logprobs(self.model, mb), mb)
-            loss_sum += loss
-        return {"loss": float(self._all_sum(loss_sum) / global_tokens), "num_tokens": float(global_tokens)}
-
-    @torch.no_grad()
-    def get_logprobs(self, batch: Mapping[str, Tensor], reference: bool = False) -> Tensor:
-        """[B, T] token log-probabilities on CPU (the reference model's when asked)."""
-        model = self.reference_model if reference else self.model
-        if model is None:
-            raise RuntimeError("this worker was started without a reference model")
-        model.eval()
-        data = self._to_device(batch)
-        out = [self._forward_logprobs(model, mb).cpu() for mb in micro_batches(data, self.cfg["logprob_micro_batch_size"])]
-        return torch.cat(out)
-
     @torch.no_grad()
     def generate(self, batch: Mapping[str, Tensor], cfg: GenerationConfig) -> GenerationOutput:
         """Sample responses for left-padded prompts (`input_ids`, `attention_mask`)."""
         self.model.eval()
-        data = self._to_device(batch)
+        data = self._local_batch(batch)
 
         def all_done(done: bool) -> bool:
             flag = torch.tensor([0.0 if done else 1.0], device=self.device)
