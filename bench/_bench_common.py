@@ -11,12 +11,17 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+try:
+    import testharness  # noqa: F401
+except ImportError:  # run without the package installed: use the checkout
+    sys.path.insert(0, str(ROOT / "tools" / "py"))
+from testharness.atomic_io import write_text_atomic  # noqa: E402
+
 DOCS = ROOT / "docs" / "benchmarks.md"
 
 
@@ -33,15 +38,7 @@ def update_section(name: str, body: str, path: Path = DOCS) -> None:
         text = text[: text.index(start)] + section + text[text.index(end) + len(end) :]
     else:
         text = text.rstrip() + "\n\n" + section + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, text)
 
 
 def md_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

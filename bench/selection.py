@@ -25,7 +25,6 @@ import ast
 import json
 import os
 import random
-import re
 import shutil
 import subprocess
 import sys
@@ -40,9 +39,11 @@ from testharness.remote_select import store  # noqa: E402
 from testharness.remote_select.config import SelectConfig, load_config  # noqa: E402
 from testharness.remote_select.engine import RemoteSelector  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _bench_common import update_section  # noqa: E402
+
 PLUGIN = "testharness.remote_select.plugin"
 MARK = "# selection-bench mutant"
-SECTION = ("<!-- selection:start -->", "<!-- selection:end -->")
 
 
 # -- 1. generated trees --------------------------------------------------------------------
@@ -320,18 +321,7 @@ def render(timings: list[dict[str, float]], mut: dict[str, object] | None, note:
 
 
 def update_docs(text: str) -> None:
-    doc = ROOT / "docs" / "benchmarks.md"
-    body = f"{SECTION[0]}\n## Test selection (bench/selection.py)\n\n{text}{SECTION[1]}\n"
-    old = doc.read_text(encoding="utf-8") if doc.exists() else "# Benchmarks\n"
-    if SECTION[0] in old and SECTION[1] in old:
-        start = old.index(SECTION[0])
-        end = old.index(SECTION[1]) + len(SECTION[1])
-        new = old[:start] + body.rstrip("\n") + old[end:]
-    else:
-        new = old.rstrip("\n") + "\n\n" + body
-    tmp = doc.with_name(doc.name + ".tmp")
-    tmp.write_text(new, encoding="utf-8")
-    os.replace(tmp, doc)
+    update_section("selection", f"## Test selection (bench/selection.py)\n\n{text}")
 
 
 def main(argv: list[str] | None = None) -> int:

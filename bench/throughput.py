@@ -128,7 +128,8 @@ def plain_loop(args: argparse.Namespace) -> dict[str, Any]:
     device = torch.device("cuda", 0) if on_gpu else torch.device("cpu")
     dtype = getattr(torch, args.precision)
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=dtype).to(device)
+    model: Any = AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=dtype)
+    model.to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.999))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _step: 1.0)
     batch = {k: v.to(device) for k, v in make_batch(args.batch, args.seq, args.vocab).items()}
@@ -221,7 +222,6 @@ def run_worker(args: argparse.Namespace, model_dir: Path, workers: int) -> Resul
 
 def start_ray() -> bool:
     """Start (or join) Ray with this machine's GPUs; True if we started it."""
-    import ray
     import torch
 
     from nemo_rl.distributed.ray_cluster import init_ray
@@ -229,10 +229,9 @@ def start_ray() -> bool:
     os.environ.setdefault("RAY_TMPDIR", "/tmp/ray_throughput")
     # Workers import nemo_rl from this checkout (PYTHONPATH reaches them through the worker group).
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    already = ray.is_initialized()
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     info = init_ray(num_gpus=gpus)
-    return not already and info.started_here
+    return info.started_here
 
 
 # --- report ----------------------------------------------------------------------------------

@@ -15,29 +15,8 @@ except ImportError:
     # tools/py not installed (plain python, no uv): use the checkout's copy.
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools" / "py"))
 
-from testharness.check_metrics import (
-    ALLOWED_FUNCTIONS,
-    evaluate_check,
-    main,
-    max,
-    mean,
-    median,
-    min,
-    ratio_above,
-    run_checks,
-)
-
-__all__ = [
-    "ALLOWED_FUNCTIONS",
-    "evaluate_check",
-    "main",
-    "max",
-    "mean",
-    "median",
-    "min",
-    "ratio_above",
-    "run_checks",
-]
+from testharness.check_metrics import *  # noqa: E402,F403  (the module's __all__)
+from testharness.check_metrics import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -14,9 +14,8 @@ except ImportError:
     # tools/py not installed (plain python, no uv): use the checkout's copy.
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools" / "py"))
 
-from testharness.tb_dump import dump_tb_logs, main
-
-__all__ = ["dump_tb_logs", "main"]
+from testharness.tb_dump import *  # noqa: E402,F403  (the module's __all__)
+from testharness.tb_dump import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -16,7 +16,7 @@ import ray
 @dataclass(frozen=True)
 class ClusterInfo:
     address: str
-    started_here: bool
+    started_here: bool  # this call started a new local cluster
     num_cpus: float
     num_gpus: float
 
@@ -60,6 +60,7 @@ def init_ray(num_cpus: int | None = None, num_gpus: int | None = None) -> Cluste
     # Ray's `uv run` hook would re-package the checkout (with .venv) into every worker and run
     # them from another directory; workers here use the driver's interpreter and environment.
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+    started_here = False
     if not ray.is_initialized():
         address = os.environ.get("RAY_ADDRESS") or local_head_address()
         if address:
@@ -72,11 +73,11 @@ def init_ray(num_cpus: int | None = None, num_gpus: int | None = None) -> Cluste
                 include_dashboard=False,
                 _node_ip_address="127.0.0.1",
             )
+            started_here = True
     resources = ray.cluster_resources()
-    ctx = ray.get_runtime_context()
     return ClusterInfo(
-        address=ctx.gcs_address,
-        started_here=not bool(os.environ.get("RAY_ADDRESS") or local_head_address()),
+        address=ray.get_runtime_context().gcs_address,
+        started_here=started_here,
         num_cpus=float(resources.get("CPU", 0)),
         num_gpus=float(resources.get("GPU", 0)),
     )

@@ -42,11 +42,6 @@ if [[ -z "${PYTHON:-}" ]]; then
 fi
 export PYTHON
 
-# Under `uv run`, Ray's uv hook would start every worker through `uv run` in a packaged
-# copy of the working directory: slower, and coverage never starts in those workers.
-# The workers must run this checkout's code with this interpreter, like the driver.
-export RAY_ENABLE_UV_RUN_RUNTIME_ENV="${RAY_ENABLE_UV_RUN_RUNTIME_ENV:-0}"
-
 COVERAGE_DATA_FILE="${COVERAGE_DATA_FILE:-$REPO_ROOT/tests/.coverage}"
 COVERAGE_SOURCE="${COVERAGE_SOURCE:-nemo_rl}"
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
+
+if TYPE_CHECKING:
+    import torch
 
 import pytest
 
@@ -59,4 +61,14 @@ def policy_config(model_path: str, **overrides: object) -> dict:
     return cfg
 
 
-os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+def hf_logprobs(model_path: str, batch: dict) -> "torch.Tensor":
+    """The reference: [B, T] token log-probabilities from a plain float32 transformers forward (0 at t = 0)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    logp = torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, batch["input_ids"][:, 1:, None]).squeeze(-1)
+    return torch.nn.functional.pad(logp, (1, 0))
+

@@ -20,10 +20,11 @@ import operator
 import os
 import statistics
 import sys
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from testharness.atomic_io import write_text_atomic
 
 __all__ = [
     "ALLOWED_FUNCTIONS",
@@ -370,24 +371,24 @@ class _Evaluator:
             return False
         return bool(v)
 
-    def eval(self, node: ast.AST) -> Any:
+    def value_of(self, node: ast.AST) -> Any:
         if isinstance(node, ast.Expression):
-            return self.eval(node.body)
+            return self.value_of(node.body)
         if isinstance(node, ast.Constant):
             return node.value
         if isinstance(node, ast.Name):  # validated: only `data` gets here
             return self.data
         if isinstance(node, ast.Subscript):
-            container = self.eval(node.value)
-            key = self.eval(node.slice)
+            container = self.value_of(node.value)
+            key = self.value_of(node.slice)
             return container[key]
         if isinstance(node, ast.BinOp):
-            left = self.eval(node.left)
-            right = self.eval(node.right)
+            left = self.value_of(node.left)
+            right = self.value_of(node.right)
             _guard_size(node.op, left, right)
             return _BINOPS[type(node.op)](left, right)
         if isinstance(node, ast.UnaryOp):
-            operand = self.eval(node.operand)
+            operand = self.value_of(node.operand)
             if isinstance(node.op, ast.Not):
                 return not self.truth(operand)
             return (
@@ -399,7 +400,7 @@ class _Evaluator:
             is_and = isinstance(node.op, ast.And)
             result: Any = None
             for sub in node.values:
-                result = self.eval(sub)
+                result = self.value_of(sub)
                 t = self.truth(result)
                 if is_and and not t:
                     return result
@@ -411,9 +412,9 @@ class _Evaluator:
         if isinstance(node, ast.Call):
             assert isinstance(node.func, ast.Name)
             func = ALLOWED_FUNCTIONS[node.func.id]
-            args = [self.eval(a) for a in node.args]
+            args = [self.value_of(a) for a in node.args]
             kwargs = {
-                kw.arg: self.eval(kw.value)
+                kw.arg: self.value_of(kw.value)
                 for kw in node.keywords
                 if kw.arg is not None
             }
@@ -422,11 +423,11 @@ class _Evaluator:
         raise Refused(f"{_describe(node)} is not allowed")
 
     def compare(self, node: ast.Compare) -> bool:
-        left = self.eval(node.left)
+        left = self.value_of(node.left)
         if node is self.value_node:
             self.value, self.value_set = left, True
         for op, right_node in zip(node.ops, node.comparators):
-            right = self.eval(right_node)
+            right = self.value_of(right_node)
             if not isinstance(op, (ast.In, ast.NotIn)) and (
                 _is_nan(left) or _is_nan(right)
             ):
@@ -509,7 +510,7 @@ def _evaluate(data: Any, check: str) -> tuple[bool, str | None, Any]:
         return False, f"error: {exc}", None
     ev = _Evaluator(data, value_node)
     try:
-        result = ev.eval(tree)
+        result = ev.value_of(tree)
     except Refused as exc:
         return False, f"error: {exc}", None
     except KeyError as exc:
@@ -652,19 +653,7 @@ def _json_default(v: Any) -> Any:
 
 
 def write_json_atomic(path: str | Path, payload: Any) -> None:
-    """Write JSON via a temp file in the same directory + os.replace (never half a file)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # A plain open (not mkstemp) so the file gets the usual umask permissions, not 0600.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        with open(tmp, "x") as f:
-            json.dump(payload, f, indent=2, default=_json_default)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    write_text_atomic(Path(path), json.dumps(payload, indent=2, default=_json_default) + "\n")
 
 
 class MetricsFileError(Exception):

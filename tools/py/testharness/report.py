@@ -14,10 +14,8 @@ import argparse
 import fnmatch
 import html
 import math
-import os
 import re
 import sys
-import tempfile
 import tomllib
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -25,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from testharness.atomic_io import replacing, write_text_atomic
 from testharness.history import (
     History,
     Run,
@@ -600,19 +599,6 @@ def render_html(history: History, trends: Sequence[Trend], flaky: Sequence[Flaky
 # --------------------------------------------------------------------------- file output
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write via a temp file in the same directory + os.replace: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_pngs(trends: Sequence[Trend], directory: Path) -> list[Path]:
     """One PNG per trend (matplotlib, headless Agg backend); returns the files written."""
     try:
@@ -646,13 +632,10 @@ def write_pngs(trends: Sequence[Trend], directory: Path) -> list[Path]:
         ax.grid(True, alpha=0.3)
         fig.tight_layout()
         target = directory / f"{chart.slug}.png"
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{chart.slug}.", suffix=".png")
-        os.close(fd)
         try:
-            fig.savefig(tmp, format="png")
-            os.replace(tmp, target)
+            with replacing(target) as tmp:
+                fig.savefig(tmp, format="png")
         finally:
-            Path(tmp).unlink(missing_ok=True)
             plt.close(fig)
         written.append(target)
     return written

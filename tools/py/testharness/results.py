@@ -10,11 +10,12 @@ import json
 import math
 import os
 import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from testharness.atomic_io import hidden_temp_beside, write_new_file, write_text_atomic
 
 RESULTS_NAME = "unit_results.json"
 DATED_DIR = "unit_results"
@@ -124,33 +125,11 @@ def _dump(data: dict[str, Any]) -> str:
     return json.dumps(data, indent=2, allow_nan=False) + "\n"
 
 
-def _temp_in(directory: Path, text: str) -> Path:
-    # A dot-prefixed temp file in the target directory: same file system (so os.replace is
-    # atomic) and invisible to the README's `tests/unit/unit_results/*` glob.
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return Path(tmp)
-
-
 def write_json_atomic(path: Path, data: dict[str, Any], text: str | None = None) -> None:
     """Write `data` to `path` so readers see either the old file or the complete new one
     (`text`: `data` already serialised by the caller)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if text is None:
-        text = _dump(data)  # serialise first: a bad value must not leave a half-written temp file
-    tmp = _temp_in(path.parent, text)
-    try:
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    # Serialise first: a bad value must not leave a half-written temp file.
+    write_text_atomic(path, _dump(data) if text is None else text)
 
 
 def write_json_new(directory: Path, stem: str, data: dict[str, Any], text: str | None = None) -> Path:
@@ -160,8 +139,9 @@ def write_json_new(directory: Path, stem: str, data: dict[str, Any], text: str |
     runs started in the same second cannot overwrite each other.
     """
     directory.mkdir(parents=True, exist_ok=True)
-    tmp = _temp_in(directory, _dump(data) if text is None else text)
+    tmp = hidden_temp_beside(directory / f"{stem}.json")
     try:
+        write_new_file(tmp, _dump(data) if text is None else text)
         n = 0
         while True:
             target = directory / (f"{stem}.json" if n == 0 else f"{stem}_{n}.json")

@@ -77,6 +77,10 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from None
     state = _State(settings=settings)
     config.stash[_STATE] = state
+    if getattr(config.option, "cov_source", None):  # run with --cov
+        # Coverage follows Ray workers only when they run this interpreter and environment;
+        # Ray's `uv run` hook would start them from a re-packaged copy, unmeasured.
+        os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
     config.pluginmanager.register(_Recorder(state), f"testharness-recorder-{id(config)}")
 
 

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoTokenizer
 
 from nemo_rl.algorithms.loss_functions import NLLLoss
 from nemo_rl.data.datasets import load_chat_dataset
 from nemo_rl.data.tokenize import sft_batch
 from nemo_rl.distributed.virtual_cluster import cluster_from_config
 from nemo_rl.models.policy.policy import Policy
-from tests.unit.conftest import policy_config
+from tests.unit.conftest import hf_logprobs, policy_config
 from tests.unit.models.megatron import cpu_shim
 
 pytestmark = [pytest.mark.mcore, pytest.mark.filterwarnings("ignore::UserWarning")]
@@ -30,14 +30,6 @@ REPO = Path(__file__).resolve().parents[4]
 def megatron_config(model: str, tp: int = 1) -> dict:
     return policy_config(model, precision="float32",
                          megatron_cfg={"enabled": True, "tensor_model_parallel_size": tp})
-
-
-def hf_logprobs(model_path: str, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
-    with torch.no_grad():
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-    logp = torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, batch["input_ids"][:, 1:, None]).squeeze(-1)
-    return torch.nn.functional.pad(logp, (1, 0))
 
 
 @pytest.fixture(scope="module")

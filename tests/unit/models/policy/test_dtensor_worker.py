@@ -2,14 +2,14 @@
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoTokenizer
 
 from nemo_rl.algorithms.loss_functions import NLLLoss
 from nemo_rl.data.datasets import load_chat_dataset
 from nemo_rl.data.tokenize import pad_batch, prompt_ids, sft_batch
 from nemo_rl.distributed.virtual_cluster import cluster_from_config
 from nemo_rl.models.policy.policy import Policy
-from tests.unit.conftest import policy_config
+from tests.unit.conftest import hf_logprobs, policy_config
 
 
 @pytest.fixture(scope="module")
@@ -28,12 +28,9 @@ def policy(ray_cluster, tiny_llama: str):
 
 def test_logprobs_match_a_direct_transformers_forward(policy: Policy, tiny_llama: str, batch, tracker) -> None:
     got = policy.get_logprobs(batch)
-    model = AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.float32).eval()
-    with torch.no_grad():
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-    ref = torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, batch["input_ids"][:, 1:, None]).squeeze(-1)
+    ref = hf_logprobs(tiny_llama, batch)
     mask = batch["attention_mask"][:, 1:].bool()
-    err = (got[:, 1:][mask] - ref[mask]).abs().max().item()
+    err = (got[:, 1:][mask] - ref[:, 1:][mask]).abs().max().item()
     tracker.track("max_abs_logprob_error", err)
     tracker.log_max_mem("memory_after_logprobs")
     tol = 1e-4 if policy.info()[0]["dtype"] == "float32" else 5e-2
@@ -56,12 +53,9 @@ def test_checkpoint_round_trip(policy: Policy, batch, tmp_path) -> None:
     assert policy.load_checkpoint(str(tmp_path / "ck")) >= 1
     assert torch.allclose(policy.get_logprobs(batch), saved, atol=1e-6)
     # The HF export loads with plain transformers and gives the checkpoint's scores.
-    model = AutoModelForCausalLM.from_pretrained(str(tmp_path / "ck" / "hf"), dtype=torch.float32).eval()
-    with torch.no_grad():
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-    hf = torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, batch["input_ids"][:, 1:, None]).squeeze(-1)
+    hf = hf_logprobs(str(tmp_path / "ck" / "hf"), batch)
     mask = batch["attention_mask"][:, 1:].bool()
-    assert (hf[mask] - saved[:, 1:][mask]).abs().max() < (1e-4 if policy.info()[0]["dtype"] == "float32" else 5e-2)
+    assert (hf[:, 1:][mask] - saved[:, 1:][mask]).abs().max() < (1e-4 if policy.info()[0]["dtype"] == "float32" else 5e-2)
 
 
 def test_generation_is_seeded(policy: Policy, tiny_llama: str) -> None:

@@ -14,10 +14,10 @@ with one warning line (the caller then re-seeds); it never raises.
 from __future__ import annotations
 
 import json
-import os
-import uuid
 from pathlib import Path
 from typing import Any
+
+from testharness.atomic_io import write_text_atomic
 
 MAP_NAME = ".nrl_remote_map.json"
 STATE_NAME = ".nrl_remote_state.json"
@@ -27,21 +27,7 @@ VERSION = 1
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to a temp file in the same directory, then os.replace (never half a file)."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        # os.open with 0o666 so the usual umask applies (mkstemp would force 0600).
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, separators=(",", ":"), sort_keys=True)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_text_atomic(path, json.dumps(data, separators=(",", ":"), sort_keys=True) + "\n")
 
 
 def _load(path: Path, fmt: str) -> tuple[dict[str, Any] | None, str | None]:
