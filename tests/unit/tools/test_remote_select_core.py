@@ -125,13 +125,13 @@ def test_rebuild_reparses_only_changed_files(tmp_path: Path, monkeypatch: pytest
     plan = sel.plan()
     sel.finish(plan, {}, {})
     calls: list[bytes] = []
-    real = graph_mod.parse_refs
+    real = graph_mod.parse_file
 
-    def counting(source: bytes) -> list[str]:
+    def counting(source: bytes) -> dict[str, object]:
         calls.append(source)
         return real(source)
 
-    monkeypatch.setattr("testharness.remote_select.engine.parse_refs", counting)
+    monkeypatch.setattr("testharness.remote_select.engine.parse_file", counting)
     (tmp_path / "pkg/a/c.py").write_text("def f(): return 1\n")
     (tmp_path / "tests/sub/test_new.py").write_text("import pkg\n")
     sel.plan()

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from testharness.remote_select import store
+
 pytest_plugins = ["pytester"]
 
 PLUGIN = "testharness.remote_select.plugin"
@@ -297,8 +299,8 @@ def test_ctrl_c_keeps_the_trigger(seeded: Project) -> None:
         ("mylib/strmod.py", "return 41", "return 40 + 1", {"tests/test_string.py::test_launch"}),
         # the package's __init__ runs before every module of it
         ("mylib/__init__.py", "", "VERSION = 1\n", ALL),
-        # conftest.py chain
-        ("tests/conftest.py", "import os\n", "import os  # edited\n", ALL),
+        # conftest.py chain (a fixture's body runs once for many tests: import-time code)
+        ("tests/conftest.py", 'fh.write("x")', 'fh.write("y")', ALL),
     ],
     ids=["package-relative", "string-literal", "package-init", "conftest"],
 )
@@ -377,7 +379,7 @@ def test_corrupted_files_are_rebuilt_with_one_warning(seeded: Project, which: st
     elif which == "map-garbage":
         map_.write_bytes(b"\x00\xff")
     else:
-        map_.write_text(json.dumps({"format": "testharness.remote_select.map", "version": 1, "files": []}))
+        map_.write_text(json.dumps({"format": "testharness.remote_select.map", "version": store.VERSION, "files": []}))
     seeded.edit("mylib/worker_impl.py", "return x * 2", "return x + x")
     result, ran = seeded.run()
     assert result.ret == 0, result.stdout.str()
@@ -388,7 +390,7 @@ def test_corrupted_files_are_rebuilt_with_one_warning(seeded: Project, which: st
         assert set(ran) == ALL  # no record at all: full re-seed
     _, ran = seeded.run()
     assert ran == {}
-    assert json.loads(state.read_text())["version"] == 1
+    assert json.loads(state.read_text())["version"] == store.VERSION
 
 
 def test_deleting_both_files_reseeds(seeded: Project) -> None:

@@ -1,8 +1,11 @@
 """Remote-aware selection engine (pure: no pytest, no Ray).
 
-A test must run when some file of its static closure (its test file, the project modules
-it reaches through imports and dotted strings, its conftest chain) has a content digest
-different from the one recorded when that test last passed, or when it has no record.
+A test must run when some file of its closure has a content digest different from the one
+recorded when that test last passed, or when it has no record. Its closure is, when the
+run-time reach of its last passing run is known (reach.py), the import closure of the files
+whose code it sent to Ray workers (empty for a test that sent nothing: testmon alone covers
+what runs in the pytest process); otherwise its static closure (its test file, the project
+modules it reaches through imports and dotted strings, its conftest chain).
 Everything else is left to pytest-testmon. The pytest adapter only *adds* tests to
 testmon's selection; this module never decides to skip anything.
 """
@@ -13,10 +16,12 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from . import store
 from .config import SelectConfig
-from .graph import Graph, build_graph, hash_files, is_test_file, parse_refs, scan_files
+from .graph import Graph, build_graph, hash_files, is_test_file, parse_file, scan_files
+from .import_time import import_digests, unparsed_facts
 
 OK_OUTCOMES = frozenset({"passed", "skipped"})  # a skip is not a failure to re-run
 
@@ -35,16 +40,20 @@ class Plan:
     """What this session must add to testmon's selection, and what to record at the end."""
 
     digests: dict[str, str]
+    files: dict[str, str]  # rel -> absolute path
     test_files: set[str]  # test files present now (under the test roots)
     affected_files: set[str]  # must be collected (some test may need to run)
     affected_tests: set[str]  # recorded tests whose closure changed
     records: dict[str, str]  # nodeid -> generation id (as loaded)
     generations: dict[str, dict[str, str]]
+    reaches: dict[str, tuple[str, ...]]  # nodeid -> recorded remote reach (as loaded)
     map_data: store.MapData
     map_dirty: bool
     graph: Graph | None
     messages: list[str] = field(default_factory=list)
     changed: list[str] = field(default_factory=list)  # changed files that affect a test
+    imports_loaded: dict[str, dict[str, str]] = field(default_factory=dict)  # gid -> import digests
+    imports: dict[str, str] | None = None  # current import digests, once computed
 
     def must_run(self, nodeid: str) -> bool:
         """True when this test has to run whatever testmon says."""
@@ -66,24 +75,19 @@ class RemoteSelector:
         fp = self.cfg.fingerprint()
         if old is not None and old.config == fp and old.files == digests and set(old.deps) == set(digests):
             return _graph_from_deps(digests, old.deps), old, False
-        refs: dict[str, list[str]] = {}
-        cache = old.refs if old is not None else {}
-        for rel, dig in digests.items():
-            if dig in refs:
-                continue
-            hit = cache.get(dig)
-            if hit is None:
-                try:
-                    with open(files[rel], "rb") as fh:
-                        hit = parse_refs(fh.read())
-                except OSError:
-                    hit = []
-            refs[dig] = hit
-        graph = build_graph(self.cfg, digests, refs)
+        parsed = _parse_all(digests, files, old.parsed if old is not None else {})
+        graph = build_graph(self.cfg, digests, {d: p["refs"] for d, p in parsed.items()})
         deps = {graph.nodes[i]: [graph.nodes[j] for j in graph.deps[i]] for i in range(graph.n_files)}
         tests = dict(old.tests) if old is not None else {}
-        new = store.MapData(config=fp, files=dict(digests), refs=refs, deps=deps, tests=tests)
+        new = store.MapData(config=fp, files=dict(digests), parsed=parsed, deps=deps, tests=tests)
         return graph, new, True
+
+    def import_digests(self, plan: "Plan") -> dict[str, str]:
+        """Import digests of the current tree (import_time.py), computed once per plan."""
+        if plan.imports is None:
+            parsed = _parse_all(plan.digests, plan.files, plan.map_data.parsed)
+            plan.imports = import_digests({rel: parsed[d] for rel, d in plan.digests.items()})
+        return plan.imports
 
     # -- plan ------------------------------------------------------------------------
     def plan(self) -> Plan:
@@ -91,24 +95,17 @@ class RemoteSelector:
         old_map, warn = store.load_map(self.root)
         if warn:
             messages.append(warn)
-        generations, records, warn = store.load_state(self.root)
+        state, warn = store.load_state(self.root)
         if warn:
             messages.append(warn)
+        generations, records, reaches = state.generations, state.tests, state.reaches
 
         files = scan_files(str(self.root), self.cfg)
         digests = hash_files(files)
         test_files = {rel for rel in digests if is_test_file(rel, self.cfg)}
 
         # Files whose content differs from each generation still referenced by a record.
-        changed_by_gen: dict[str, set[str]] = {}
-        for gid in set(records.values()):
-            gen = generations[gid]
-            if gen == digests:
-                changed_by_gen[gid] = set()
-                continue
-            diff = {p for p, d in digests.items() if gen.get(p) != d}
-            diff.update(p for p in gen if p not in digests)
-            changed_by_gen[gid] = diff
+        changed_by_gen = {gid: _diff(generations[gid], digests) for gid in set(records.values())}
         any_change = any(changed_by_gen.values())
 
         graph: Graph | None = None
@@ -118,20 +115,44 @@ class RemoteSelector:
             graph, map_data, rebuilt = self._graph(digests, files, old_map)
             map_dirty = map_dirty or rebuilt
 
-        affected_tests: set[str] = set()
+        plan = Plan(
+            digests=digests,
+            files=files,
+            test_files=test_files,
+            affected_files=set(),
+            affected_tests=set(),
+            records=records,
+            generations=generations,
+            reaches=reaches,
+            map_data=map_data,
+            map_dirty=map_dirty,
+            graph=graph,
+            messages=messages,
+            imports_loaded=state.imports,
+        )
+        affected_tests = plan.affected_tests
         changed_hits: set[str] = set()
         if any_change:
             assert graph is not None
-            changed_bits = {gid: graph.bits_of(paths) for gid, paths in changed_by_gen.items()}
-            memo: dict[tuple[str, str], int] = {}
+            imports = self.import_digests(plan)
+            content_bits = {gid: graph.bits_of(paths) for gid, paths in changed_by_gen.items()}
+            # Edits to code that runs at import time: testmon cannot see them (see import_time.py).
+            import_bits = {
+                gid: graph.bits_of(_diff(state.imports[gid], imports)) if gid in state.imports else content_bits[gid]
+                for gid in changed_by_gen
+            }
+            memo: dict[tuple[str, object, str], int] = {}
             for nodeid, gid in records.items():
                 tfile = test_file_of(nodeid)
-                key = (tfile, gid)
+                if tfile not in test_files:
+                    continue  # outside the test roots: not tracked (left to testmon)
+                reach = reaches.get(nodeid)
+                key = (tfile, reach, gid)
                 hit = memo.get(key)
                 if hit is None:
-                    # Tests outside the test roots are not tracked (left to testmon).
-                    hit = graph.closure_bits(tfile) & changed_bits[gid] if tfile in test_files else 0
-                    memo[key] = hit
+                    static = graph.closure_bits(tfile)
+                    remote = static if reach is None else _reach_closure(graph, reach, self.root, static)
+                    hit = memo[key] = (static & import_bits[gid]) | (remote & content_bits[gid])
                 if hit:
                     affected_tests.add(nodeid)
                     changed_hits.update(graph.bits_to_paths(hit))
@@ -146,49 +167,57 @@ class RemoteSelector:
             if tfile in test_files and isinstance(nodeids, list) and any(n not in records for n in nodeids):
                 affected_files.add(tfile)
 
-        plan = Plan(
-            digests=digests,
-            test_files=test_files,
-            affected_files=affected_files,
-            affected_tests=affected_tests,
-            records=records,
-            generations=generations,
-            map_data=map_data,
-            map_dirty=map_dirty,
-            graph=graph,
-            messages=messages,
-            changed=sorted(p for p in changed_hits),
-        )
+        plan.affected_files = affected_files
+        plan.changed = sorted(changed_hits)
         return plan
 
     # -- finish ----------------------------------------------------------------------
-    def finish(self, plan: Plan, outcomes: dict[str, str], collected: dict[str, list[str]]) -> None:
-        """Record the session: tests that ran and passed (or were skipped) get today's digests.
+    def finish(
+        self,
+        plan: Plan,
+        outcomes: dict[str, str],
+        collected: dict[str, list[str]],
+        reaches: dict[str, list[str] | None] | None = None,
+    ) -> None:
+        """Record the session: tests that ran and passed (or were skipped) get today's digests
+        and the reach this run recorded for them (`reaches`; None or absent: unknown).
 
         A test that failed, errored, or did not complete keeps its old record, so it stays
         selected; a test that did not run and was not affected gets today's digests too
         (its closure is unchanged, so both records mean the same thing).
         """
+        reaches = reaches or {}
         new_gid = generation_id(plan.digests)
         tests: dict[str, str] = {}
+        kept_reach: dict[str, tuple[str, ...]] = {}
+
+        def passed_now(nodeid: str) -> None:
+            tests[nodeid] = new_gid
+            reach = reaches.get(nodeid)
+            if reach is not None:
+                kept_reach[nodeid] = tuple(reach)
+
         for nodeid, gid in plan.records.items():
             if test_file_of(nodeid) not in plan.test_files:
                 continue  # the test file is gone: forget its tests
             outcome = outcomes.get(nodeid)
             if outcome in OK_OUTCOMES:
-                tests[nodeid] = new_gid
-            elif outcome is None and nodeid not in plan.affected_tests:
-                tests[nodeid] = new_gid
-            else:
-                tests[nodeid] = gid
+                passed_now(nodeid)
+                continue
+            tests[nodeid] = new_gid if outcome is None and nodeid not in plan.affected_tests else gid
+            if nodeid in plan.reaches:
+                kept_reach[nodeid] = plan.reaches[nodeid]
         for nodeid, outcome in outcomes.items():
             if nodeid not in tests and outcome in OK_OUTCOMES and test_file_of(nodeid) in plan.test_files:
-                tests[nodeid] = new_gid
-        generations = {gid: plan.generations[gid] for gid in set(tests.values()) if gid != new_gid}
-        if new_gid in tests.values():
+                passed_now(nodeid)
+        kept = set(tests.values())
+        generations = {gid: plan.generations[gid] for gid in kept if gid != new_gid}
+        imports = {gid: imp for gid, imp in plan.imports_loaded.items() if gid in kept and gid != new_gid}
+        if new_gid in kept:
             generations[new_gid] = plan.digests
+            imports[new_gid] = self.import_digests(plan)
         if tests or plan.records:
-            store.save_state(self.root, generations, tests)
+            store.save_state(self.root, store.State(generations, tests, kept_reach, imports))
 
         map_data = plan.map_data
         dirty = plan.map_dirty
@@ -208,6 +237,45 @@ class RemoteSelector:
                 entry = map_data.tests.setdefault(tfile, {})
                 entry.setdefault("nodeids", [])
             store.save_map(self.root, map_data)
+
+
+def _diff(old: dict[str, str], new: dict[str, str]) -> set[str]:
+    """Paths whose digest differs, including files that appeared or disappeared."""
+    if old == new:
+        return set()
+    out = {p for p, d in new.items() if old.get(p) != d}
+    out.update(p for p in old if p not in new)
+    return out
+
+
+def _parse_all(digests: dict[str, str], files: dict[str, str], cache: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """parse_file() result for every digest, reusing `cache` (keyed by content digest)."""
+    parsed: dict[str, dict[str, Any]] = {}
+    for rel, dig in digests.items():
+        if dig in parsed:
+            continue
+        hit = cache.get(dig)
+        if hit is None:
+            try:
+                with open(files[rel], "rb") as fh:
+                    hit = parse_file(fh.read())
+            except OSError:
+                hit = {"refs": [], **unparsed_facts(dig)}
+        parsed[dig] = hit
+    return parsed
+
+
+def _reach_closure(graph: Graph, reach: tuple[str, ...], root: Path, static: int) -> int:
+    """Bits of the files whose code a test sent to other processes (its run-time reach)."""
+    bits = 0
+    for rel in reach:
+        if rel in graph.index:
+            bits |= graph.closure_bits(rel)
+        elif not (root / rel).is_file():
+            return -1  # a file it sent code from is gone: every change counts
+        else:
+            return static  # outside the graph's universe (e.g. examples/): its static closure
+    return bits
 
 
 def _graph_from_deps(digests: dict[str, str], deps: dict[str, list[str]]) -> Graph:

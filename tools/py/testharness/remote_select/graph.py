@@ -22,9 +22,10 @@ import hashlib
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Any, Iterable
 
 from .config import SelectConfig
+from .import_time import file_facts, unparsed_facts
 
 # Dotted identifiers, optionally "module:attr" (entry-point style).
 _DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?::[A-Za-z_]\w*)?\Z")
@@ -99,17 +100,29 @@ def hash_files(files: dict[str, str]) -> dict[str, str]:
     return out
 
 
+def parse_file(source: bytes) -> dict[str, Any]:
+    """Everything the selector needs from one file's content (cached by content digest):
+    "refs" (see `_refs`) and the import-time facts of import_time.py."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return {"refs": [], **unparsed_facts(digest_bytes(source))}
+    refs = _refs(tree)
+    return {"refs": refs, **file_facts(tree)}
+
+
 def parse_refs(source: bytes) -> list[str]:
+    refs: list[str] = parse_file(source)["refs"]
+    return refs
+
+
+def _refs(tree: ast.Module) -> list[str]:
     """Raw import references of one file, independent of where the file lives.
 
     Encoding (compact, JSON friendly): "i:a.b" import; "f:<level>:<module>:<n1>,<n2>"
     from-import; "s:a.b.C" dotted string literal; "p:dir/x.py" path-like string literal.
     A file that does not parse has no references (its digest still counts).
     """
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return []
     refs: dict[str, None] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):

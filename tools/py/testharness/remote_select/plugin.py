@@ -8,7 +8,10 @@ All decisions live in `engine.py`; this module only translates hooks:
 * `pytest_collection_modifyitems` (tryfirst, so before testmon's trylast one): remove the
   node ids that must run from `TestmonSelect.deselected_tests`. We only ever remove from
   testmon's lists (a union), and `-k`/`-m` still filter afterwards as documented.
-* `pytest_runtest_logreport`: the outcome of every test that completed.
+* `pytest_runtest_protocol` / `pytest_fixture_setup` wrappers: tell the reach recorder
+  (reach.py) which test or fixture owns what is sent to Ray workers meanwhile; the
+  teardown report carries the test's reach (`remote_reach`), so it also crosses xdist.
+* `pytest_runtest_logreport`: the outcome and reach of every test that completed.
 * `pytest_sessionfinish` (also after -x, failures and Ctrl-C): write map and state.
 """
 
@@ -22,6 +25,7 @@ import pytest
 
 from .config import ConfigError, load_config
 from .engine import OK_OUTCOMES, Plan, RemoteSelector, describe, test_file_of
+from .reach import ReachRecorder
 
 PREFIX = "remote-select"
 
@@ -44,7 +48,9 @@ class RemoteSelectSession:
         self.plan: Plan | None = None
         self._phase: dict[str, str] = {}
         self.outcomes: dict[str, str] = {}
+        self.reaches: dict[str, list[str] | None] = {}
         self.collected: dict[str, list[str]] = {}
+        self.recorder = ReachRecorder(str(config.rootpath))
         # Under xdist only the controller sees every report and may write the files.
         self.writer = not hasattr(config, "workerinput")
 
@@ -57,6 +63,7 @@ class RemoteSelectSession:
             self.lines.append(f"{PREFIX}: warning: disabled for this run ({exc.__class__.__name__}: {exc})")
             self.selector = None
             return
+        self.recorder.install()
         self.lines += [f"{PREFIX}: warning: {m}" for m in self.plan.messages]
         self.lines.append(describe(self.plan))
         files = self.testmon.deselected_files
@@ -80,6 +87,29 @@ class RemoteSelectSession:
             tests = self.testmon.deselected_tests
             tests[:] = [t for t in tests if t not in must]
 
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item) -> Any:
+        self.recorder.push_test(item.nodeid)
+        try:
+            return (yield)
+        finally:
+            self.recorder.pop()
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_fixture_setup(self, fixturedef: Any) -> Any:
+        self.recorder.push_fixture(fixturedef.argname)
+        try:
+            return (yield)
+        finally:
+            self.recorder.pop()
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+        report = yield
+        if call.when == "teardown":
+            report.remote_reach = self.recorder.reach_of(item.nodeid, getattr(item, "fixturenames", ()))
+        return report
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         nodeid = report.nodeid
         if report.when == "setup":  # a new attempt (reruns included) starts here
@@ -94,13 +124,15 @@ class RemoteSelectSession:
         if report.when == "teardown":
             # Only a completed protocol counts: Ctrl-C mid-test leaves no teardown report.
             self.outcomes[nodeid] = status
+            self.reaches[nodeid] = getattr(report, "remote_reach", None)
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        self.recorder.uninstall()
         if self.plan is None or self.selector is None or not self.writer:
             return
         try:
-            self.selector.finish(self.plan, self.outcomes, self.collected)
+            self.selector.finish(self.plan, self.outcomes, self.collected, self.reaches)
         except OSError as exc:
             tr = self.config.pluginmanager.get_plugin("terminalreporter")
             if tr is not None:

@@ -2,9 +2,11 @@
 
 `.nrl_remote_map.json`  : the import graph (per file: digest, direct deps; parse cache by
                           content digest; per test file: closure and known node ids).
-`.nrl_remote_state.json`: per test node id, the content digests seen when it last passed.
-                          Digest sets are shared ("generations") so 2,000 tests that passed
-                          in the same session store one copy.
+`.nrl_remote_state.json`: per test node id, the content digests seen when it last passed
+                          and, when recorded, its run-time reach (the project files whose
+                          code it sent to Ray workers; see reach.py). Digest sets and reach
+                          lists are shared ("generations", "reaches") so 2,000 tests that
+                          passed in the same session store one copy.
 
 Both use repo-relative POSIX paths only, so a moved checkout or a container mount keeps
 them valid. A file that is missing, corrupted or from another format version is ignored
@@ -13,6 +15,7 @@ with one warning line (the caller then re-seeds); it never raises.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -23,7 +26,7 @@ MAP_NAME = ".nrl_remote_map.json"
 STATE_NAME = ".nrl_remote_state.json"
 MAP_FORMAT = "testharness.remote_select.map"
 STATE_FORMAT = "testharness.remote_select.state"
-VERSION = 1
+VERSION = 2
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -53,24 +56,77 @@ def _is_str_map(value: Any) -> bool:
     return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
 
 
-def load_state(root: Path) -> tuple[dict[str, dict[str, str]], dict[str, str], str | None]:
-    """(generations gid -> {path: digest}, tests nodeid -> gid, warning or None)."""
+class State:
+    """In-memory form of the state file.
+
+    generations: gid -> {path: content digest};  imports: gid -> {path: import digest}
+    (import_time.py; absent for a generation: every content change counts as import-time);
+    tests: nodeid -> gid (last seen passing);
+    reaches: nodeid -> sorted files reached remotely (absent: unknown, use the static closure).
+    """
+
+    def __init__(
+        self,
+        generations: dict[str, dict[str, str]] | None = None,
+        tests: dict[str, str] | None = None,
+        reaches: dict[str, tuple[str, ...]] | None = None,
+        imports: dict[str, dict[str, str]] | None = None,
+    ):
+        self.generations = generations or {}
+        self.tests = tests or {}
+        self.reaches = reaches or {}
+        self.imports = imports or {}
+
+
+def _reach_id(files: tuple[str, ...]) -> str:
+    return hashlib.blake2b("\n".join(files).encode(), digest_size=8).hexdigest()
+
+
+def load_state(root: Path) -> tuple[State, str | None]:
     data, warning = _load(root / STATE_NAME, STATE_FORMAT)
     if data is None:
-        return {}, {}, warning
+        return State(), warning
     gens, tests = data.get("generations"), data.get("tests")
-    if not isinstance(gens, dict) or not all(_is_str_map(g) for g in gens.values()) or not _is_str_map(tests):
-        return {}, {}, f"{STATE_NAME} has an unexpected structure; rebuilding it"
-    assert isinstance(tests, dict)
+    lists, reach_ids = data.get("reach_lists", {}), data.get("reach", {})
+    imports = data.get("imports", {})
+    if (
+        not isinstance(gens, dict)
+        or not all(_is_str_map(g) for g in gens.values())
+        or not isinstance(imports, dict)
+        or not all(_is_str_map(g) for g in imports.values())
+        or not _is_str_map(tests)
+        or not _is_str_map(reach_ids)
+        or not isinstance(lists, dict)
+        or not all(isinstance(v, list) and all(isinstance(x, str) for x in v) for v in lists.values())
+    ):
+        return State(), f"{STATE_NAME} has an unexpected structure; rebuilding it"
+    assert isinstance(tests, dict) and isinstance(reach_ids, dict)
     # A record pointing at a missing generation is unusable: treat the test as never passed.
     tests = {nid: gid for nid, gid in tests.items() if gid in gens}
-    return gens, tests, None
+    # An unknown reach id only costs precision: that test falls back to its static closure.
+    reaches = {nid: tuple(lists[rid]) for nid, rid in reach_ids.items() if nid in tests and rid in lists}
+    imports = {gid: imp for gid, imp in imports.items() if gid in gens}
+    return State(gens, tests, reaches, imports), None
 
 
-def save_state(root: Path, generations: dict[str, dict[str, str]], tests: dict[str, str]) -> None:
+def save_state(root: Path, state: State) -> None:
+    lists: dict[str, list[str]] = {}
+    reach_ids: dict[str, str] = {}
+    for nodeid, files in state.reaches.items():
+        rid = _reach_id(files)
+        lists[rid] = list(files)
+        reach_ids[nodeid] = rid
     write_json_atomic(
         root / STATE_NAME,
-        {"format": STATE_FORMAT, "version": VERSION, "generations": generations, "tests": tests},
+        {
+            "format": STATE_FORMAT,
+            "version": VERSION,
+            "generations": state.generations,
+            "imports": state.imports,
+            "tests": state.tests,
+            "reach_lists": lists,
+            "reach": reach_ids,
+        },
     )
 
 
@@ -81,13 +137,13 @@ class MapData:
         self,
         config: str = "",
         files: dict[str, str] | None = None,
-        refs: dict[str, list[str]] | None = None,
+        parsed: dict[str, dict[str, Any]] | None = None,
         deps: dict[str, list[str]] | None = None,
         tests: dict[str, dict[str, list[str]]] | None = None,
     ):
         self.config = config
         self.files = files or {}
-        self.refs = refs or {}
+        self.parsed = parsed or {}  # content digest -> graph.parse_file() result
         self.deps = deps or {}
         self.tests = tests or {}
 
@@ -99,7 +155,7 @@ class MapData:
             "files": self.files,
             "deps": self.deps,
             "tests": self.tests,
-            "parse_cache": self.refs,
+            "parse_cache": self.parsed,
         }
 
 
@@ -108,11 +164,11 @@ def load_map(root: Path) -> tuple[MapData | None, str | None]:
     if data is None:
         return None, warning
     try:
-        files, refs, deps, tests = data["files"], data["parse_cache"], data["deps"], data["tests"]
+        files, parsed, deps, tests = data["files"], data["parse_cache"], data["deps"], data["tests"]
         ok = (
             _is_str_map(files)
-            and isinstance(refs, dict)
-            and all(isinstance(v, list) and all(isinstance(x, str) for x in v) for v in refs.values())
+            and isinstance(parsed, dict)
+            and all(_is_parsed(v) for v in parsed.values())
             and isinstance(deps, dict)
             and all(isinstance(v, list) and all(isinstance(x, str) for x in v) for v in deps.values())
             # Entries are checked where they are used (a bad one is skipped), not here:
@@ -125,7 +181,22 @@ def load_map(root: Path) -> tuple[MapData | None, str | None]:
         ok = False
     if not ok:
         return None, f"{MAP_NAME} has an unexpected structure; rebuilding it"
-    return MapData(str(data["config"]), files, refs, deps, tests), None
+    return MapData(str(data["config"]), files, parsed, deps, tests), None
+
+
+def _is_parsed(value: Any) -> bool:
+    return (
+        isinstance(value, dict)
+        and isinstance(value.get("refs"), list)
+        and all(isinstance(x, str) for x in value["refs"])
+        and isinstance(value.get("skel"), str)
+        and isinstance(value.get("top"), list)
+        and isinstance(value.get("funcs"), list)
+        and all(
+            isinstance(f, list) and len(f) == 4 and isinstance(f[0], str) and isinstance(f[1], str) and isinstance(f[3], list)
+            for f in value["funcs"]
+        )
+    )
 
 
 def save_map(root: Path, data: MapData) -> None:
