@@ -221,3 +221,129 @@ def test_config_defaults_and_fallbacks(tmp_path: Path) -> None:
     )
     cfg = load_config(tmp_path, testpaths=["ignored"])
     assert cfg.source_roots == ("src",) and cfg.test_roots == ("t",)
+
+
+# -- import-time digests (import_time.py) -----------------------------------------------
+def _import_digests(sources: dict[str, str]) -> dict[str, str]:
+    from testharness.remote_select.import_time import import_digests
+
+    return import_digests({rel: graph_mod.parse_file(textwrap.dedent(src).encode()) for rel, src in sources.items()})
+
+
+LIB = {
+    "lib.py": """
+        import os
+
+        LIMIT = 3
+
+
+        def table():
+            return {"a": 1}
+
+
+        REGISTRY = table()  # runs at import time
+
+
+        class Worker:
+            scale = 2
+
+            def __init__(self):
+                self.n = 0
+
+            def step(self, x):
+                return x * self.scale
+    """,
+    "tests/conftest.py": """
+        import pytest
+
+
+        @pytest.fixture(scope="module")
+        def worker():
+            return 1
+
+
+        def pytest_configure(config):
+            config.x = 1
+
+
+        def helper():
+            return 2
+    """,
+}
+
+
+@pytest.mark.parametrize(
+    ("rel", "old", "new", "import_time"),
+    [
+        ("lib.py", "return x * self.scale", "return x + x", False),  # a method body: call time
+        ("lib.py", "import os\n", "import os  # a comment\n", False),  # comments are not code
+        ("lib.py", "LIMIT = 3", "LIMIT = 4", True),  # module level
+        ("lib.py", "scale = 2", "scale = 3", True),  # class body
+        ("lib.py", "def step(self, x):", "def step(self, x, y=1):", True),  # a signature (defaults run at import)
+        ("lib.py", 'return {"a": 1}', 'return {"a": 2}', True),  # called at module level
+        ("lib.py", "self.n = 0", "self.n = 1", True),  # dunders run implicitly
+        ("tests/conftest.py", "return 1", "return 3", True),  # a fixture: shared set-up
+        ("tests/conftest.py", "config.x = 1", "config.x = 2", True),  # a pytest hook
+        ("tests/conftest.py", "return 2", "return 3", False),  # a plain helper: testmon's
+    ],
+    ids=["method-body", "comment", "constant", "class-attr", "signature", "called-at-import", "dunder", "fixture", "hook", "helper-body"],
+)
+def test_import_digest_changes_only_for_import_time_code(rel: str, old: str, new: str, import_time: bool) -> None:
+    before = _import_digests(LIB)
+    edited = dict(LIB)
+    assert old in edited[rel]
+    edited[rel] = edited[rel].replace(old, new)
+    after = _import_digests(edited)
+    assert (before[rel] != after[rel]) is import_time
+    assert all(before[r] == after[r] for r in LIB if r != rel)
+
+
+def test_import_time_calls_are_followed_across_files_and_functions() -> None:
+    sources = {
+        "a.py": "from b import build\n\nTABLE = build()\n",
+        "b.py": "def build():\n    return make(1)\n\n\ndef make(x):\n    return [x]\n\n\ndef unused():\n    return 0\n",
+    }
+    before = _import_digests(sources)
+    for old, new, changes in (("return [x]", "return [x, x]", True), ("return 0", "return 1", False)):
+        after = _import_digests({**sources, "b.py": sources["b.py"].replace(old, new)})
+        assert (after["b.py"] != before["b.py"]) is changes, old
+
+
+def test_a_file_that_does_not_parse_counts_whole() -> None:
+    before = _import_digests({"x.py": "def f(:\n    return 1\n"})
+    after = _import_digests({"x.py": "def f(:\n    return 2\n"})
+    assert before != after
+
+
+def test_engine_uses_the_recorded_reach_for_body_edits_and_the_static_closure_for_import_time(tmp_path: Path) -> None:
+    tree = dict(BASE)
+    tree["pkg/a/c.py"] = "def f():\n    return 1\n"
+    tree["pkg/deep/mod.py"] = "X = 1\n\n\ndef g():\n    return 1\n"
+    _tree(tmp_path, tree)
+    sel = RemoteSelector(tmp_path, CFG)
+    # All three import pkg.a (closure: a/b.py, a/c.py, util.py, deep/mod.py).
+    local, remote, opaque = "tests/sub/test_x.py::test_local", "tests/sub/test_x.py::test_remote", "tests/sub/test_x.py::test_opaque"
+    outcomes = {local: "passed", remote: "passed", opaque: "passed"}
+    reaches: dict[str, list[str] | None] = {local: [], remote: ["pkg/deep/mod.py"], opaque: None}
+    sel.finish(sel.plan(), outcomes, {"tests/sub/test_x.py": sorted(outcomes)}, reaches)
+    state = json.loads((tmp_path / store.STATE_NAME).read_text())
+    assert set(state["reach"]) == {local, remote}  # opaque: no reach, static closure
+
+    def selected_after(rel: str, old: str, new: str) -> set[str]:
+        path = tmp_path / rel
+        text = path.read_text()
+        path.write_text(text.replace(old, new))
+        plan = sel.plan()
+        path.write_text(text)
+        return {n for n in outcomes if plan.must_run(n)}
+
+    # A body edit in a file the test sent to a worker: remote (and opaque) tests.
+    assert selected_after("pkg/deep/mod.py", "return 1", "return 2") == {remote, opaque}
+    # A body edit the remote test's reach does not include: only the opaque one (testmon
+    # decides for code run in the pytest process).
+    assert selected_after("pkg/a/c.py", "return 1", "return 2") == {opaque}
+    # Import-time code in the static closure: everyone.
+    assert selected_after("pkg/deep/mod.py", "X = 1", "X = 2") == set(outcomes)
+    # A reached file that disappeared: the remote test must run.
+    (tmp_path / "pkg/deep/mod.py").unlink()
+    assert {remote, opaque} <= {n for n in outcomes if sel.plan().must_run(n)}

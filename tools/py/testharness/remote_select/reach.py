@@ -60,6 +60,7 @@ class ReachRecorder:
         self._module_file: dict[str, str | None] = {}
         self._ray_dir: str | None = None
         self._installed = False
+        self._originals: list[tuple[Any, str, Any]] = []
 
     # -- owners ----------------------------------------------------------------------
     def push_test(self, nodeid: str) -> None:
@@ -198,13 +199,15 @@ class ReachRecorder:
         if "ray" in sys.modules and hasattr(sys.modules["ray"], "put"):
             self._patch_ray()
         else:
-            sys.meta_path.insert(0, _AfterImport("ray", self._patch_ray))
+            sys.meta_path.insert(0, _AfterImport("ray", self._patch_ray, self))
 
     def uninstall(self) -> None:
         self._installed = False
-        for finder in [f for f in sys.meta_path if isinstance(f, _AfterImport)]:
+        for finder in [f for f in sys.meta_path if isinstance(f, _AfterImport) and f.owner is self]:
             sys.meta_path.remove(finder)
-        _unwrap_all()
+        while self._originals:  # newest first, so nested recorders unwind correctly
+            owner, attr, original = self._originals.pop()
+            setattr(owner, attr, original)
 
     def _patch_ray(self) -> None:
         import ray
@@ -243,25 +246,17 @@ class ReachRecorder:
                 recorder._charge(set(), opaque=True)
             return original(*args, **kwargs)
 
-        _ORIGINALS.append((owner, attr, original))
+        self._originals.append((owner, attr, original))
         setattr(owner, attr, wrapper)
-
-
-_ORIGINALS: list[tuple[Any, str, Any]] = []
-
-
-def _unwrap_all() -> None:
-    while _ORIGINALS:
-        owner, attr, original = _ORIGINALS.pop()
-        setattr(owner, attr, original)
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
     """Calls `callback` once the top-level package `name` has finished importing."""
 
-    def __init__(self, name: str, callback: Callable[[], None]) -> None:
+    def __init__(self, name: str, callback: Callable[[], None], owner: object) -> None:
         self.name = name
         self.callback = callback
+        self.owner = owner
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
         if fullname != self.name:

@@ -1,0 +1,127 @@
+"""The run-time reach recorder (remote_select/reach.py) against a real Ray cluster."""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from testharness.remote_select.reach import ReachRecorder
+
+from nemo_rl.algorithms.loss_functions import NLLLoss
+from nemo_rl.config import apply_overrides
+
+ROOT = Path(__file__).resolve().parents[3]
+HERE = Path(__file__).resolve().relative_to(ROOT).as_posix()
+LOSS = "nemo_rl/algorithms/loss_functions.py"
+CONFIG = "nemo_rl/config.py"
+
+
+class Echo:
+    def ping(self, value: Any) -> str:
+        return type(value).__name__
+
+
+def _remote_len(value: Any) -> int:
+    return len(value)
+
+
+@pytest.fixture(autouse=True)
+def _ship_this_module_by_value() -> None:
+    # tests/unit/tools is not a package, so Ray workers could not import this module by name.
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+@pytest.fixture
+def recorder() -> Iterator[ReachRecorder]:
+    rec = ReachRecorder(str(ROOT))
+    rec.install()
+    yield rec
+    rec.uninstall()
+
+
+def test_actor_creation_calls_tasks_and_put_are_charged_to_the_owner(ray_cluster: Any, recorder: ReachRecorder) -> None:
+    import ray
+
+    recorder.push_test("t::create")
+    actor = ray.remote(Echo).remote()
+    recorder.pop()
+    recorder.push_test("t::call")
+    # A project object nested in a container, and a bound method of one, are unpickled there.
+    assert ray.get(actor.ping.remote({"loss": [NLLLoss()]})) == "dict"
+    recorder.pop()
+    recorder.push_test("t::task")
+    assert ray.get(ray.remote(_remote_len).remote(ray.put([functools.partial(apply_overrides, {})]))) == 1
+    recorder.pop()
+    recorder.push_test("t::nothing")
+    assert ray.get(actor.ping.remote(3)) == "int"  # the actor's module only
+    recorder.pop()
+    ray.kill(actor)
+    assert recorder.reach_of("t::create", []) == [HERE]
+    assert recorder.reach_of("t::call", []) == sorted([HERE, LOSS])
+    assert recorder.reach_of("t::task", []) == sorted([HERE, CONFIG])
+    assert recorder.reach_of("t::nothing", []) == [HERE]
+    assert recorder.reach_of("t::never-ran", []) == []
+
+
+def test_what_a_fixture_started_is_charged_to_every_test_that_requests_it(ray_cluster: Any, recorder: ReachRecorder) -> None:
+    import ray
+
+    recorder.push_test("t::first")
+    recorder.push_fixture("worker")  # set up inside the first test that needs it
+    actor = ray.remote(Echo).remote()
+    recorder.pop()
+    recorder.pop()
+    ray.kill(actor)
+    assert recorder.reach_of("t::first", ["worker"]) == [HERE]
+    assert recorder.reach_of("t::second", ["worker", "tmp_path"]) == [HERE]
+    assert recorder.reach_of("t::other", ["tmp_path"]) == []
+
+
+def test_a_process_started_by_the_test_makes_it_opaque(recorder: ReachRecorder) -> None:
+    recorder.push_test("t::subprocess")
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+    recorder.pop()
+    assert recorder.reach_of("t::subprocess", []) is None
+    recorder.push_fixture("server")
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+    recorder.pop()
+    assert recorder.reach_of("t::uses-server", ["server"]) is None
+    assert recorder.reach_of("t::plain", []) == []
+
+
+def test_an_event_outside_any_test_makes_the_whole_session_opaque(recorder: ReachRecorder) -> None:
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+    assert recorder.reach_of("t::any", []) is None
+
+
+def test_objects_are_scanned_to_a_bounded_depth_and_third_party_code_is_ignored() -> None:
+    rec = ReachRecorder(str(ROOT))
+    files: set[str] = set()
+    rec._scan([Path("x"), 3, "s", {"k": (None, b"b")}], 4, files, set())
+    assert files == set()  # pathlib, builtins: not the project's
+    rec._scan(NLLLoss().__call__, 4, files, set())  # a bound method: its function and its object
+    assert files == {LOSS}
+    deep: Any = NLLLoss()
+    for _ in range(10):
+        deep = [deep]
+    files.clear()
+    rec._scan(deep, 4, files, set())
+    assert files == set()  # deeper than the bound: not followed (documented limit)
+
+
+def test_uninstall_restores_ray(ray_cluster: Any) -> None:
+    import ray
+    import ray.actor
+
+    before = (ray.put, ray.actor.ActorClass._remote, ray.actor.ActorHandle._actor_method_call)
+    rec = ReachRecorder(str(ROOT))
+    rec.install()
+    assert ray.put is not before[0]
+    rec.uninstall()
+    assert (ray.put, ray.actor.ActorClass._remote, ray.actor.ActorHandle._actor_method_call) == before
