@@ -17,7 +17,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from testharness.remote_select import store
 
 pytest_plugins = ["pytester"]

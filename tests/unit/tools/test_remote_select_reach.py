@@ -5,8 +5,9 @@ from __future__ import annotations
 import functools
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from testharness.remote_select.reach import ReachRecorder

@@ -82,7 +82,7 @@ class RemoteSelector:
         new = store.MapData(config=fp, files=dict(digests), parsed=parsed, deps=deps, tests=tests)
         return graph, new, True
 
-    def import_digests(self, plan: "Plan") -> dict[str, str]:
+    def import_digests(self, plan: Plan) -> dict[str, str]:
         """Import digests of the current tree (import_time.py), computed once per plan."""
         if plan.imports is None:
             parsed = _parse_all(plan.digests, plan.files, plan.map_data.parsed)

@@ -21,8 +21,9 @@ import fnmatch
 import hashlib
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from .config import SelectConfig
 from .import_time import file_facts, unparsed_facts

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import ast
 import hashlib
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 # JSON-friendly facts of one file, cached by content digest:
 #   {"skel": digest of the file with function bodies removed,

@@ -29,7 +29,8 @@ import importlib.machinery
 import os
 import sys
 import types
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 _WATCHED_EVENTS = frozenset(
     {"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty"}
@@ -242,7 +243,7 @@ class ReachRecorder:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             try:
                 before(*args, **kwargs)
-            except Exception:  # never break the call; an unknown reach means the static closure
+            except Exception:  # noqa: BLE001  never break the call; an unknown reach means the static closure
                 recorder._charge(set(), opaque=True)
             return original(*args, **kwargs)
 
