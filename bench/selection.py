@@ -151,6 +151,13 @@ def discover_mutants(cfg: SelectConfig) -> list[tuple[str, str, int, int]]:
     return out
 
 
+def library_tests(nodeids: set[str], harness_dir: str) -> set[str]:
+    """The tests of the library: all but the harness's own (which a library edit rarely
+    concerns; their static closures reach nemo_rl only through the shared conftest)."""
+    prefix = harness_dir.rstrip("/") + "/"
+    return {n for n in nodeids if not n.startswith(prefix)}
+
+
 def pytest_cmd(*args: str) -> list[str]:
     # No `-p no:cacheprovider`: pytest-testmon 2.2 crashes without the cache plugin.
     return [sys.executable, "-m", "pytest", *args]
@@ -209,6 +216,9 @@ def mutation_benchmark(args: argparse.Namespace, cfg: SelectConfig) -> dict[str,
         def in_order(ids: set[str]) -> list[str]:
             return sorted(ids, key=lambda n: (order.get(n, len(order)), n))
         total = sum(dur[n] for n in passing) or 1.0
+        # Second denominator: the library's tests alone, without the harness's own tests.
+        lib_tests = library_tests(passing, args.harness_tests)
+        lib_total = sum(dur[n] for n in lib_tests) or 1.0
         snap = work / "snap"
         snap.mkdir()
         for p in keep:
@@ -218,13 +228,14 @@ def mutation_benchmark(args: argparse.Namespace, cfg: SelectConfig) -> dict[str,
         mutants = discover_mutants(cfg)
         rng = random.Random(args.seed)
         rng.shuffle(mutants)
-        if args.mutants:  # an explicit list, in the order given
+        if args.mutants:  # an explicit list, in the order given, then --random more
             by_name = {f"{rel}::{name}": m for m in mutants for rel, name in [m[:2]]}
             unknown = [m for m in args.mutants if m not in by_name]
             if unknown:
                 raise SystemExit(f"selection bench: unknown mutant(s): {', '.join(unknown)}")
-            mutants = [by_name[m] for m in args.mutants]
-        if args.max_mutants:
+            chosen = [by_name[m] for m in args.mutants]
+            mutants = chosen + [m for m in mutants if m not in chosen][: args.random]
+        elif args.max_mutants:
             mutants = mutants[: args.max_mutants]
         rows = []
         for i, (rel, name, line, indent) in enumerate(mutants):
@@ -274,12 +285,21 @@ def mutation_benchmark(args: argparse.Namespace, cfg: SelectConfig) -> dict[str,
                     "tm_safe": bool(failing & tm),
                     "ours_cost": sum(dur.get(n, 0.0) for n in union) / total,
                     "tm_cost": sum(dur.get(n, 0.0) for n in tm) / total,
+                    "ours_cost_lib": sum(dur.get(n, 0.0) for n in union) / lib_total,
+                    "tm_cost_lib": sum(dur.get(n, 0.0) for n in tm) / lib_total,
                 }
                 rows.append(row)
                 print(f"[{i + 1}/{len(mutants)}] {row}", flush=True)
             finally:
                 path.write_text(original, encoding="utf-8")
-        return {"rows": rows, "full_wall": full_wall, "n_tests": len(passing), "suite_time": total}
+        return {
+            "rows": rows,
+            "full_wall": full_wall,
+            "n_tests": len(passing),
+            "suite_time": total,
+            "n_lib_tests": len(lib_tests),
+            "lib_time": lib_total,
+        }
     finally:
         for p in keep:
             p.unlink(missing_ok=True)
@@ -304,14 +324,26 @@ def render(timings: list[dict[str, float]], mut: dict[str, object] | None, note:
         out += ["", "### Mutation benchmark (real library)", ""]
         out.append(
             f"{len(rows)} mutants tried, {len(failing)} fail at least one test; suite: "
-            f"{mut['n_tests']} passing tests, {float(mut['suite_time']):.1f} s of test time."  # type: ignore[arg-type]
+            f"{mut['n_tests']} passing tests, {float(mut['suite_time']):.1f} s of test time "  # type: ignore[arg-type]
+            f"({mut['n_lib_tests']} of them, {float(mut['lib_time']):.1f} s, outside the harness's own tests)."  # type: ignore[arg-type]
         )
-        out += ["", "| selector | safety | mean cost | max cost |", "|---|---|---|---|"]
+        out += [
+            "",
+            "Cost = baseline time of the selected tests / time of the whole suite (and, in the last two "
+            "columns, / time of the library's tests alone, without the harness's own tests); means over the failing mutants.",
+            "",
+            "| selector | safety | mean cost | max cost | mean cost, library tests | max cost, library tests |",
+            "|---|---|---|---|---|---|",
+        ]
         for label, s_key, c_key in (("remote-select (testmon + this)", "ours_safe", "ours_cost"), ("testmon alone", "tm_safe", "tm_cost")):
             safety = sum(1 for r in failing if r[s_key]) / n
             costs = [float(r[c_key]) for r in failing] or [0.0]
-            out.append(f"| {label} | {safety:.0%} | {sum(costs) / len(costs):.0%} | {max(costs):.0%} |")
-        out.append("| run everything | 100% | 100% | 100% |")
+            lib = [float(r[c_key + "_lib"]) for r in failing] or [0.0]
+            out.append(
+                f"| {label} | {safety:.0%} | {sum(costs) / len(costs):.0%} | {max(costs):.0%} "
+                f"| {sum(lib) / len(lib):.0%} | {max(lib):.0%} |"
+            )
+        out.append("| run everything | 100% | 100% | 100% | 100% | 100% |")
         missed = [r["mutant"] for r in failing if not r["tm_safe"]]
         if missed:
             out += ["", "Failing mutants testmon alone misses: " + ", ".join(f"`{m}`" for m in missed[:12])]
@@ -333,6 +365,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-mutants", action="store_true")
     ap.add_argument("--mutant", dest="mutants", action="append", default=[], metavar="PATH::QUALNAME",
                     help="mutate exactly these functions (repeatable), e.g. nemo_rl/config.py::load_config")
+    ap.add_argument("--harness-tests", default="tests/unit/tools",
+                    help="the harness's own tests, left out of the second cost denominator")
+    ap.add_argument("--random", type=int, default=0, metavar="N",
+                    help="with --mutant: also try N more mutants drawn at random (--seed)")
     ap.add_argument("-x", "--first-failure", action="store_true",
                     help="stop each mutant's runs at the first failing test (faster; 'fails' counts only those seen)")
     ap.add_argument("--no-docs", action="store_true", help="print only; do not touch docs/benchmarks.md")
@@ -352,7 +388,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             mut = mutation_benchmark(args, cfg)
             if args.mutants:
-                note = f"{len(args.mutants)} chosen mutants; tests: {' '.join(args.tests)}."
+                extra = f" and {args.random} drawn at random (seed {args.seed})" if args.random else ""
+                note = f"{len(args.mutants)} chosen mutants{extra}; tests: {' '.join(args.tests)}."
             elif args.max_mutants:
                 note = f"Sample of {args.max_mutants} mutants (seed {args.seed}); tests: {' '.join(args.tests)}."
     text = render(timings, mut, note)

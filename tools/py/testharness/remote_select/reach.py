@@ -28,6 +28,7 @@ import importlib.abc
 import importlib.machinery
 import os
 import sys
+import sysconfig
 import types
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -35,6 +36,8 @@ from typing import Any
 _WATCHED_EVENTS = frozenset(
     {"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty"}
 )
+_STDLIB = sysconfig.get_paths()["stdlib"] + os.sep
+_HARNESS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _MAX_DEPTH = 4  # how deep arguments are searched for project objects
 _MAX_ITEMS = 256  # entries looked at per container
 
@@ -96,6 +99,8 @@ class ReachRecorder:
 
     def note_remote(self, modules: Iterable[str | None], *values: Any) -> None:
         """Code of `modules` runs remotely, with `values` (arguments) sent along."""
+        if self._ignored(sys._getframe(1), process=False):
+            return
         files: set[str] = set()
         for name in modules:
             if name not in sys.modules:  # code we cannot place (a class from another driver)
@@ -107,17 +112,22 @@ class ReachRecorder:
         self._charge(files)
 
     def note_process(self) -> None:
-        """A process was started: unless Ray started it for itself, the test is opaque."""
-        if not self._from_ray(sys._getframe(2)):
+        """A process was started: unless Ray or the harness started it, the test is opaque."""
+        if not self._ignored(sys._getframe(1), process=True):
             self._charge(set(), opaque=True)
 
-    def _from_ray(self, frame: types.FrameType | None) -> bool:
-        ray_dir = self._ray_dir
-        if ray_dir is None:
-            return False
+    def _ignored(self, frame: types.FrameType | None, process: bool) -> bool:
+        """Events that are not the test's doing: processes Ray starts for itself (from
+        anywhere inside the `ray` package, e.g. `ray.init`), and whatever the harness's own
+        code does (the tracker measuring memory on every node, `git` for the results file)."""
+        ray_dir = self._ray_dir or "\0"
         while frame is not None:
-            if frame.f_code.co_filename.startswith(ray_dir):
-                return True
+            name = frame.f_code.co_filename
+            if name.startswith(ray_dir):
+                if process:
+                    return True
+            elif name != __file__ and not name.startswith(_STDLIB):
+                return name.startswith(_HARNESS_DIR)  # the first caller that is neither
             frame = frame.f_back
         return False
 
