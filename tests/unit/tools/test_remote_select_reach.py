@@ -96,8 +96,12 @@ def test_a_process_started_by_the_test_makes_it_opaque(recorder: ReachRecorder) 
     assert recorder.reach_of("t::plain", []) == []
 
 
-def test_an_event_outside_any_test_makes_the_whole_session_opaque(recorder: ReachRecorder) -> None:
-    subprocess.run([sys.executable, "-c", "pass"], check=True)
+def test_a_ray_event_outside_any_test_makes_the_whole_session_opaque(ray_cluster: Any, recorder: ReachRecorder) -> None:
+    import ray
+
+    subprocess.run([sys.executable, "-c", "pass"], check=True)  # e.g. ldconfig at import: nobody's
+    assert recorder.reach_of("t::any", []) == []
+    ray.get(ray.put(NLLLoss()))  # an object sent at import time: nobody can say for whom
     assert recorder.reach_of("t::any", []) is None
 
 

@@ -16,8 +16,8 @@ by `ray.init`) are not the test's code and do not make it opaque.
 Events are charged to every *owner* on a stack: the running test and any fixture being set
 up inside it. A test's reach is its own events plus those of every fixture it requests
 (`item.fixturenames`), so a worker created once by a module-scoped fixture is charged to
-every test that uses it. Events with no owner (an actor created at import time) make the
-whole session's records opaque. Ray is patched only once it is imported (a post-import
+every test that uses it. A Ray event with no owner (an actor created at import time) makes
+the whole session's records opaque; a process started with no owner is ignored. Ray is patched only once it is imported (a post-import
 hook), so a run that never imports Ray never pays for it.
 """
 
@@ -112,8 +112,12 @@ class ReachRecorder:
         self._charge(files)
 
     def note_process(self) -> None:
-        """A process was started: unless Ray or the harness started it, the test is opaque."""
-        if not self._ignored(sys._getframe(1), process=True):
+        """A process was started: unless Ray or the harness started it, the test is opaque.
+
+        Outside any test (collection, session start and end) it is nobody's: third-party
+        imports run `ldconfig` and the like, and the import-time code that could start one
+        is covered by the import digests anyway."""
+        if self.stack and not self._ignored(sys._getframe(1), process=True):
             self._charge(set(), opaque=True)
 
     def _ignored(self, frame: types.FrameType | None, process: bool) -> bool:
