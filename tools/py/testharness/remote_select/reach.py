@@ -229,7 +229,8 @@ class ReachRecorder:
         import ray.actor
         import ray.remote_function
 
-        self._ray_dir = os.path.dirname(os.path.realpath(ray.__file__)) + os.sep
+        # As in code objects: the path the module was imported from (not resolved).
+        self._ray_dir = os.path.dirname(os.path.abspath(ray.__file__)) + os.sep
         recorder = self
 
         def on_create(actor_class: Any, args: Any = None, kwargs: Any = None, *_: Any, **__: Any) -> None:
