@@ -183,8 +183,15 @@ def test_explain_cli_prints_a_closure(tmp_path: Path, monkeypatch: pytest.Monkey
     _tree(tmp_path, BASE)
     (tmp_path / "pyproject.toml").write_text("[tool.testharness]\nsource_packages = ['pkg']\ntest_roots = ['tests']\n")
     monkeypatch.chdir(tmp_path)
+    sel = RemoteSelector(tmp_path, CFG)
+    a, b, c = (f"tests/sub/test_x.py::{name}" for name in ("test_a", "test_b", "test_c"))
+    sel.finish(sel.plan(), dict.fromkeys((a, b, c), "passed"), {}, {a: ["pkg/actors.py"], b: [], c: None})
     assert main(["tests/sub/test_x.py"]) == 0
-    assert "  pkg/deep/mod.py" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "  pkg/deep/mod.py" in out
+    assert "  test_a: pkg/actors.py\n" in out
+    assert "  test_b: nothing sent to Ray workers\n" in out
+    assert "  test_c: unknown" in out
     assert main(["nope.py"]) == 2
 
 

@@ -1,6 +1,8 @@
-"""`python -m testharness.remote_select TEST_FILE...`: print the static closure of test files.
+"""`python -m testharness.remote_select TEST_FILE...`: why tests of these files get selected.
 
-Run from the repository root; reads `[tool.testharness]` and scans the current tree.
+Prints each file's static import closure (what import-time edits are checked against) and,
+per test, the run-time reach recorded at its last passing `--testmon` run (what body edits
+are checked against; see reach.py). Run from the repository root.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from pathlib import Path
 
 from .config import ConfigError, load_config
 from .graph import build_graph, hash_files, parse_refs, scan_files
+from .store import load_state
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     digests = hash_files(files)
     refs = {d: parse_refs(Path(files[r]).read_bytes()) for r, d in digests.items()}
     graph = build_graph(cfg, digests, refs)
+    state, _ = load_state(root)
     status = 0
     for arg in args:
         rel = Path(arg).as_posix()
@@ -34,10 +38,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {rel} is not a Python file under the test roots or source packages", file=sys.stderr)
             status = 2
             continue
-        print(f"{rel}:")
+        print(f"{rel}: static closure")
         for path in sorted(graph.bits_to_paths(graph.closure_bits(rel))):
             if path in digests:
                 print(f"  {path}")
+        for nodeid in sorted(n for n in state.tests if n.split("::", 1)[0] == rel):
+            reach = state.reaches.get(nodeid)
+            if reach is None:
+                shown = "unknown (started a process, or recorded before): its static closure counts"
+            else:
+                shown = ", ".join(reach) or "nothing sent to Ray workers"
+            print(f"  {nodeid.split('::', 1)[1]}: {shown}")
     return status
 
 
