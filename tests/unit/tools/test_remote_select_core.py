@@ -259,6 +259,22 @@ LIB = {
 
             def step(self, x):
                 return x * self.scale
+
+
+        class Registry:
+            def __init__(self):
+                self.items = register("w")
+
+
+        def register(name):
+            return [name]
+
+
+        DEFAULT = Registry()  # a constructor run at import time, and what it calls
+
+
+        def __getattr__(name):  # PEP 562: Python calls it by itself
+            return name
     """,
     "tests/conftest.py": """
         import pytest
@@ -266,7 +282,11 @@ LIB = {
 
         @pytest.fixture(scope="module")
         def worker():
-            return 1
+            return build(1)
+
+
+        def build(x):
+            return x
 
 
         def pytest_configure(config):
@@ -288,12 +308,20 @@ LIB = {
         ("lib.py", "scale = 2", "scale = 3", True),  # class body
         ("lib.py", "def step(self, x):", "def step(self, x, y=1):", True),  # a signature (defaults run at import)
         ("lib.py", 'return {"a": 1}', 'return {"a": 2}', True),  # called at module level
-        ("lib.py", "self.n = 0", "self.n = 1", True),  # dunders run implicitly
-        ("tests/conftest.py", "return 1", "return 3", True),  # a fixture: shared set-up
+        ("lib.py", "self.n = 0", "self.n = 1", False),  # a constructor nobody calls at import
+        ("lib.py", "self.items = register", "self.items = 2 * register", True),  # one called at import
+        ("lib.py", "return [name]", "return [name, name]", True),  # called by that constructor
+        ("lib.py", "return name\n", "return name * 2\n", True),  # module __getattr__ runs by itself
+        ("tests/conftest.py", "return build(1)", "return build(2)", True),  # a fixture: shared set-up
+        ("tests/conftest.py", "return x", "return x + 1", False),  # what it calls runs in a test
         ("tests/conftest.py", "config.x = 1", "config.x = 2", True),  # a pytest hook
         ("tests/conftest.py", "return 2", "return 3", False),  # a plain helper: testmon's
     ],
-    ids=["method-body", "comment", "constant", "class-attr", "signature", "called-at-import", "dunder", "fixture", "hook", "helper-body"],
+    ids=[
+        "method-body", "comment", "constant", "class-attr", "signature", "called-at-import", "unused-constructor",
+        "constructor-at-import", "callee-of-constructor", "module-getattr", "fixture", "fixture-callee", "hook",
+        "helper-body",
+    ],
 )
 def test_import_digest_changes_only_for_import_time_code(rel: str, old: str, new: str, import_time: bool) -> None:
     before = _import_digests(LIB)
@@ -309,11 +337,18 @@ def test_import_time_calls_are_followed_across_files_and_functions() -> None:
     sources = {
         "a.py": "from b import build\n\nTABLE = build()\n",
         "b.py": "def build():\n    return make(1)\n\n\ndef make(x):\n    return [x]\n\n\ndef unused():\n    return 0\n",
+        "c.py": "from d import tag\n\n\n@tag\ndef f():\n    return 0\n",
+        "d.py": "def tag(fn):\n    return fn\n",
     }
     before = _import_digests(sources)
-    for old, new, changes in (("return [x]", "return [x, x]", True), ("return 0", "return 1", False)):
-        after = _import_digests({**sources, "b.py": sources["b.py"].replace(old, new)})
-        assert (after["b.py"] != before["b.py"]) is changes, old
+    for rel, old, new, changes in (
+        ("b.py", "return [x]", "return [x, x]", True),  # called by a function called at import
+        ("b.py", "return 0", "return 1", False),
+        ("d.py", "return fn", "return None or fn", True),  # a decorator runs at import
+        ("c.py", "return 0", "return 1", False),  # the decorated function does not
+    ):
+        after = _import_digests({**sources, rel: sources[rel].replace(old, new)})
+        assert (after[rel] != before[rel]) is changes, old
 
 
 def test_a_file_that_does_not_parse_counts_whole() -> None:

@@ -2,18 +2,21 @@
 
 pytest-testmon fingerprints the code a test executes while it runs. Code executed when a
 module is *imported* (module level, class bodies, decorators, default values, functions
-called from there, fixtures, pytest hooks) runs during collection or in a shared fixture,
-so testmon misses edits to it. The selector therefore splits a file's content in two:
+called from there) or by pytest itself (hooks) runs outside any test, so testmon misses
+edits to it. The selector therefore splits a file's content in two:
 
-  * its *import digest*: the file with every function body removed, plus the bodies of the
-    functions that run at import time (see `import_digests`); an edit that changes it
-    re-selects every test whose static closure holds the file;
+  * its *import digest*: the file with every function body removed, plus the bodies of
+    the functions that run at import time (see `import_digests`); an edit that changes
+    it re-selects every test whose static closure holds the file;
   * the remaining function bodies, which run when called: testmon covers calls in the
     pytest process, the run-time reach record (reach.py) covers calls in Ray workers.
 
-Which functions run at import time is decided by name across the whole project (a call
-`x.f()` at import time marks every function or method named `f`), closed transitively over
-the names their bodies call: conservative, and cheap.
+Which functions run at import time is decided by name across the project: a call `x.f()`
+(or a decorator `@f`) at import time marks every function or method named `f`, a call
+`C()` marks the constructors of every class `C`, and the names those bodies call are
+marked in turn. Conservative, and cheap. Fixture bodies count as import-time code of their
+own file (one set-up serves many tests, and testmon charges it to the first one only),
+but what they call runs inside a test, where testmon sees it, so it is not marked.
 """
 
 from __future__ import annotations
@@ -25,13 +28,28 @@ from typing import Any
 
 # JSON-friendly facts of one file, cached by content digest:
 #   {"skel": digest of the file with function bodies removed,
-#    "top": names called at import time,
-#    "funcs": [[name, body digest, always (0/1), names called in the body], ...]}
+#    "top": names called (or used as decorators) at import time,
+#    "funcs": [[qualified name, body digest, kind, names called in the body], ...]}
 Facts = dict[str, Any]
+
+CALL_TIME, ALWAYS, OWN_BODY = 0, 1, 2  # function kinds
+# Run by Python or pytest on their own, whoever imports the module.
+_IMPLICIT = frozenset({"__init_subclass__", "__set_name__", "__class_getitem__", "__getattr__", "__dir__"})
+_CONSTRUCTORS = ("__init__", "__new__", "__post_init__")
 
 
 def _digest(text: str) -> str:
     return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+
+
+def _name(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Call):
+        node = node.func
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return None
 
 
 def _called_names(nodes: Iterable[ast.AST]) -> set[str]:
@@ -39,39 +57,38 @@ def _called_names(nodes: Iterable[ast.AST]) -> set[str]:
     for root in nodes:
         for node in ast.walk(root):
             if isinstance(node, ast.Call):
-                func = node.func
-                if isinstance(func, ast.Name):
-                    out.add(func.id)
-                elif isinstance(func, ast.Attribute):
-                    out.add(func.attr)
+                name = _name(node)
+                if name:
+                    out.add(name)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                out.update(n for n in map(_name, node.decorator_list) if n)  # `@f` calls f
     return out
 
 
-def _always_at_import(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-    """Bodies that run implicitly, outside any test's own execution."""
-    name = fn.name
-    if name.startswith("__") and name.endswith("__"):  # __init__, __init_subclass__, __getattr__...
-        return True
-    if name.startswith("pytest_"):  # pytest hooks in conftest/plugins
-        return True
-    return any("fixture" in ast.unparse(d) for d in fn.decorator_list)  # fixture set-ups are shared
+def _kind(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    if fn.name.startswith("pytest_") or fn.name in _IMPLICIT:
+        return ALWAYS
+    if any("fixture" in ast.unparse(d) for d in fn.decorator_list):
+        return OWN_BODY
+    return CALL_TIME
 
 
 def file_facts(tree: ast.Module) -> Facts:
     """Facts of a parsed file. Strips the bodies of `tree`'s functions in place."""
     funcs: list[list[Any]] = []
-    todo: list[ast.AST] = [tree]
+    todo: list[tuple[ast.AST, str]] = [(tree, "")]
     while todo:
-        node = todo.pop()
+        node, prefix = todo.pop()
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                qualname = prefix + child.name
                 body = ast.Module(body=child.body, type_ignores=[])
-                funcs.append(
-                    [child.name, _digest(ast.dump(body)), int(_always_at_import(child)), sorted(_called_names(child.body))]
-                )
+                funcs.append([qualname, _digest(ast.dump(body)), _kind(child), sorted(_called_names(child.body))])
                 child.body = [ast.Pass()]
-            elif isinstance(child, ast.ClassDef) or not isinstance(child, ast.expr):
-                todo.append(child)  # class bodies and compound statements (if/try/with) nest
+            elif isinstance(child, ast.ClassDef):
+                todo.append((child, f"{prefix}{child.name}."))
+            elif not isinstance(child, ast.expr):
+                todo.append((child, prefix))  # compound statements (if/try/with) nest
     funcs.sort()
     return {"skel": _digest(ast.dump(tree)), "top": sorted(_called_names([tree])), "funcs": funcs}
 
@@ -81,25 +98,38 @@ def unparsed_facts(content_digest: str) -> Facts:
     return {"skel": content_digest, "top": [], "funcs": []}
 
 
+def _runs_at_import(qualname: str, kind: int, names: set[str]) -> bool:
+    if kind != CALL_TIME:
+        return True
+    parts = qualname.split(".")
+    if parts[-1] in names:
+        return True
+    return len(parts) > 1 and parts[-1] in _CONSTRUCTORS and parts[-2] in names  # `C()`
+
+
 def import_digests(facts: dict[str, Facts]) -> dict[str, str]:
     """Import digest of every file (rel -> digest)."""
     names: set[str] = set()
-    by_name: dict[str, list[list[Any]]] = {}
+    callees: dict[str, list[list[Any]]] = {}  # called name -> functions it may mean
     for f in facts.values():
         names.update(f["top"])
         for fn in f["funcs"]:
-            by_name.setdefault(fn[0], []).append(fn)
-            if fn[2]:
-                names.update(fn[3])
+            qualname, _, kind, calls = fn
+            parts = qualname.split(".")
+            callees.setdefault(parts[-1], []).append(fn)
+            if len(parts) > 1 and parts[-1] in _CONSTRUCTORS:
+                callees.setdefault(parts[-2], []).append(fn)
+            if kind == ALWAYS:
+                names.update(calls)
     todo = list(names)
-    while todo:  # functions called at import time call others: close over names
-        for fn in by_name.get(todo.pop(), ()):
+    while todo:  # what import-time code calls runs at import time too
+        for fn in callees.get(todo.pop(), ()):
             for callee in fn[3]:
                 if callee not in names:
                     names.add(callee)
                     todo.append(callee)
     out: dict[str, str] = {}
     for rel, f in facts.items():
-        bodies = [fn[1] for fn in f["funcs"] if fn[2] or fn[0] in names]
+        bodies = [fn[1] for fn in f["funcs"] if _runs_at_import(fn[0], fn[2], names)]
         out[rel] = _digest(f["skel"] + "|" + ",".join(bodies))
     return out

@@ -26,7 +26,7 @@ MAP_NAME = ".nrl_remote_map.json"
 STATE_NAME = ".nrl_remote_state.json"
 MAP_FORMAT = "testharness.remote_select.map"
 STATE_FORMAT = "testharness.remote_select.state"
-VERSION = 2
+VERSION = 3
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
