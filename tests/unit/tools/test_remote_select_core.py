@@ -339,6 +339,7 @@ def test_import_time_calls_are_followed_across_files_and_functions() -> None:
         "b.py": "def build():\n    return make(1)\n\n\ndef make(x):\n    return [x]\n\n\ndef unused():\n    return 0\n",
         "c.py": "from d import tag\n\n\n@tag\ndef f():\n    return 0\n",
         "d.py": "def tag(fn):\n    return fn\n",
+        "e.py": "def norm(x):\n    return x\n\n\nVALUES = list(map(norm, [1]))\n",
     }
     before = _import_digests(sources)
     for rel, old, new, changes in (
@@ -346,6 +347,7 @@ def test_import_time_calls_are_followed_across_files_and_functions() -> None:
         ("b.py", "return 0", "return 1", False),
         ("d.py", "return fn", "return None or fn", True),  # a decorator runs at import
         ("c.py", "return 0", "return 1", False),  # the decorated function does not
+        ("e.py", "return x", "return -x", True),  # a function passed to a call at import
     ):
         after = _import_digests({**sources, rel: sources[rel].replace(old, new)})
         assert (after[rel] != before[rel]) is changes, old

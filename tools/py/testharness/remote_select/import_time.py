@@ -11,8 +11,9 @@ edits to it. The selector therefore splits a file's content in two:
   * the remaining function bodies, which run when called: testmon covers calls in the
     pytest process, the run-time reach record (reach.py) covers calls in Ray workers.
 
-Which functions run at import time is decided by name across the project: a call `x.f()`
-(or a decorator `@f`) at import time marks every function or method named `f`, a call
+Which functions run at import time is decided by name across the project: a call `x.f()`,
+a decorator `@f` or a function passed as an argument (`map(f, xs)`) at import time marks
+every function or method named `f`, a call
 `C()` marks the constructors of every class `C`, and the names those bodies call are
 marked in turn. Conservative, and cheap. Fixture bodies count as import-time code of their
 own file (one set-up serves many tests, and testmon charges it to the first one only),
@@ -57,9 +58,11 @@ def _called_names(nodes: Iterable[ast.AST]) -> set[str]:
     for root in nodes:
         for node in ast.walk(root):
             if isinstance(node, ast.Call):
-                name = _name(node)
-                if name:
-                    out.add(name)
+                # The callee, and functions passed to it (`map(f, xs)`, `key=f`): both may run.
+                for target in (node, *node.args, *(k.value for k in node.keywords)):
+                    name = _name(target) if target is node or isinstance(target, (ast.Name, ast.Attribute)) else None
+                    if name:
+                        out.add(name)
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 out.update(n for n in map(_name, node.decorator_list) if n)  # `@f` calls f
     return out
