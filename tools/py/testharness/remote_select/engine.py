@@ -1,11 +1,14 @@
 """Remote-aware selection engine (pure: no pytest, no Ray).
 
-A test must run when some file of its closure has a content digest different from the one
-recorded when that test last passed, or when it has no record. Its closure is, when the
-run-time reach of its last passing run is known (reach.py), the import closure of the files
-whose code it sent to Ray workers (empty for a test that sent nothing: testmon alone covers
-what runs in the pytest process); otherwise its static closure (its test file, the project
-modules it reaches through imports and dotted strings, its conftest chain).
+A test must run when it has no passing record, or when, since it last passed,
+
+  * a file of its static closure (its test file, the project modules it reaches through
+    imports and dotted strings, its conftest chain) changed code that runs at import time
+    (its import digest, import_time.py): testmon cannot see that code; or
+  * a file changed at all inside the import closure of what it sent to Ray workers in that
+    run (its recorded reach, reach.py; its static closure when the reach is unknown, e.g.
+    for a test that starts processes itself): testmon cannot see code run there.
+
 Everything else is left to pytest-testmon. The pytest adapter only *adds* tests to
 testmon's selection; this module never decides to skip anything.
 """
