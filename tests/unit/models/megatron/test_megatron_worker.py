@@ -17,7 +17,12 @@ from nemo_rl.data.datasets import load_chat_dataset
 from nemo_rl.data.tokenize import sft_batch
 from nemo_rl.distributed.virtual_cluster import cluster_from_config
 from nemo_rl.models.policy.policy import Policy
-from tests.unit.conftest import hf_logprobs, policy_config
+from tests.unit.conftest import (
+    check_checkpoint_round_trip,
+    hf_logprobs,
+    logprob_gap,
+    policy_config,
+)
 from tests.unit.models.megatron import cpu_shim
 
 pytestmark = [pytest.mark.mcore, pytest.mark.filterwarnings("ignore::UserWarning")]
@@ -53,10 +58,7 @@ def test_worker_reports_the_megatron_backend(policy: Policy) -> None:
 
 def test_logprobs_match_a_direct_transformers_forward(policy: Policy, tiny_llama: str, batch, tracker) -> None:
     got = policy.get_logprobs(batch)
-    ref = hf_logprobs(tiny_llama, batch)
-    mask = batch["attention_mask"].bool()
-    mask[:, 0] = False
-    err = (got[mask] - ref[mask]).abs().max().item()
+    err = logprob_gap(got, hf_logprobs(tiny_llama, batch), batch)
     tracker.track("max_abs_logprob_error", err)
     assert err < 1e-4
 
@@ -70,24 +72,12 @@ def test_training_steps_lower_the_loss(policy: Policy, batch, tiny_llama: str, t
     assert all(torch.isfinite(torch.tensor(losses)))
     assert losses[-1] < losses[0] - 0.1
     # The reference model is frozen: it still scores like the untouched checkpoint.
-    mask = batch["attention_mask"].bool()
     ref = policy.get_logprobs(batch, reference=True)
-    assert (ref[mask] - hf_logprobs(tiny_llama, batch)[mask]).abs().max().item() < 1e-4
+    assert logprob_gap(ref, hf_logprobs(tiny_llama, batch), batch) < 1e-4
 
 
 def test_checkpoint_round_trip_and_hf_export(policy: Policy, batch, tmp_path: Path) -> None:
-    policy.train(batch, NLLLoss())
-    policy.save_checkpoint(str(tmp_path / "ck"))
-    saved = policy.get_logprobs(batch)
-    policy.train(batch, NLLLoss())
-    assert not torch.allclose(policy.get_logprobs(batch), saved)
-    assert policy.load_checkpoint(str(tmp_path / "ck")) >= 1
-    assert torch.allclose(policy.get_logprobs(batch), saved, atol=1e-6)
-    # The HF export is a plain transformers checkpoint that scores the same.
-    mask = batch["attention_mask"].bool()
-    mask[:, 0] = False
-    exported = hf_logprobs(str(tmp_path / "ck" / "hf"), batch)
-    assert (exported[mask] - saved[mask]).abs().max().item() < 1e-4
+    check_checkpoint_round_trip(policy, batch, tmp_path / "ck", 1e-4)
 
 
 def test_generate_says_it_is_not_implemented(policy: Policy, batch) -> None:

@@ -9,7 +9,12 @@ from nemo_rl.data.datasets import load_chat_dataset
 from nemo_rl.data.tokenize import pad_batch, prompt_ids, sft_batch
 from nemo_rl.distributed.virtual_cluster import cluster_from_config
 from nemo_rl.models.policy.policy import Policy
-from tests.unit.conftest import hf_logprobs, policy_config
+from tests.unit.conftest import (
+    check_checkpoint_round_trip,
+    hf_logprobs,
+    logprob_gap,
+    policy_config,
+)
 
 
 @pytest.fixture(scope="module")
@@ -31,9 +36,7 @@ def test_logprobs_match_a_direct_transformers_forward(policy: Policy, batch, tmp
     # train the shared worker, and pytest-testmon may run them first.
     policy.save_checkpoint(str(tmp_path / "ck"))
     got = policy.get_logprobs(batch)
-    ref = hf_logprobs(str(tmp_path / "ck" / "hf"), batch)
-    mask = batch["attention_mask"][:, 1:].bool()
-    err = (got[:, 1:][mask] - ref[:, 1:][mask]).abs().max().item()
+    err = logprob_gap(got, hf_logprobs(str(tmp_path / "ck" / "hf"), batch), batch)
     tracker.track("max_abs_logprob_error", err)
     tracker.log_max_mem("memory_after_logprobs")
     tol = 1e-4 if policy.info()[0]["dtype"] == "float32" else 5e-2
@@ -48,17 +51,7 @@ def test_training_steps_lower_the_loss(policy: Policy, batch, tracker) -> None:
 
 
 def test_checkpoint_round_trip(policy: Policy, batch, tmp_path) -> None:
-    policy.train(batch, NLLLoss())  # a step of its own, so the test does not rely on test order
-    policy.save_checkpoint(str(tmp_path / "ck"))
-    saved = policy.get_logprobs(batch)
-    policy.train(batch, NLLLoss())
-    assert not torch.allclose(policy.get_logprobs(batch), saved)
-    assert policy.load_checkpoint(str(tmp_path / "ck")) >= 1
-    assert torch.allclose(policy.get_logprobs(batch), saved, atol=1e-6)
-    # The HF export loads with plain transformers and gives the checkpoint's scores.
-    hf = hf_logprobs(str(tmp_path / "ck" / "hf"), batch)
-    mask = batch["attention_mask"][:, 1:].bool()
-    assert (hf[:, 1:][mask] - saved[:, 1:][mask]).abs().max() < (1e-4 if policy.info()[0]["dtype"] == "float32" else 5e-2)
+    check_checkpoint_round_trip(policy, batch, tmp_path / "ck", 1e-4 if policy.info()[0]["dtype"] == "float32" else 5e-2)
 
 
 def test_generation_is_seeded(policy: Policy, tiny_llama: str) -> None:
