@@ -215,10 +215,11 @@ class RemoteSelector:
                 passed_now(nodeid)
         kept = set(tests.values())
         generations = {gid: plan.generations[gid] for gid in kept if gid != new_gid}
-        imports = {gid: imp for gid, imp in plan.imports_loaded.items() if gid in kept and gid != new_gid}
+        imports = {gid: imp for gid, imp in plan.imports_loaded.items() if gid in kept}
         if new_gid in kept:
             generations[new_gid] = plan.digests
-            imports[new_gid] = self.import_digests(plan)
+            # Same contents, same import digests: a no-change session reuses them.
+            imports[new_gid] = imports.get(new_gid) or self.import_digests(plan)
         if tests or plan.records:
             store.save_state(self.root, store.State(generations, tests, kept_reach, imports))
 

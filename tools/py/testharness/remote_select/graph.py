@@ -113,8 +113,11 @@ def parse_file(source: bytes) -> dict[str, Any]:
 
 
 def parse_refs(source: bytes) -> list[str]:
-    refs: list[str] = parse_file(source)["refs"]
-    return refs
+    """Only the import references (what building a graph needs)."""
+    try:
+        return _refs(ast.parse(source))
+    except (SyntaxError, ValueError):
+        return []
 
 
 def _refs(tree: ast.Module) -> list[str]:

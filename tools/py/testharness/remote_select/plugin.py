@@ -18,6 +18,7 @@ All decisions live in `engine.py`; this module only translates hooks:
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
@@ -87,21 +88,21 @@ class RemoteSelectSession:
             tests = self.testmon.deselected_tests
             tests[:] = [t for t in tests if t not in must]
 
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_protocol(self, item: pytest.Item) -> Any:
-        self.recorder.push_test(item.nodeid)
+    def _owned_by(self, push: Callable[[str], None], key: str) -> Generator[None, Any, Any]:
+        """Body of a hook wrapper: what runs inside is charged to `key` (a test or a fixture)."""
+        push(key)
         try:
             return (yield)
         finally:
             self.recorder.pop()
 
     @pytest.hookimpl(wrapper=True)
-    def pytest_fixture_setup(self, fixturedef: Any) -> Any:
-        self.recorder.push_fixture(fixturedef.argname)
-        try:
-            return (yield)
-        finally:
-            self.recorder.pop()
+    def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None, Any, Any]:
+        return (yield from self._owned_by(self.recorder.push_test, item.nodeid))
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_fixture_setup(self, fixturedef: Any) -> Generator[None, Any, Any]:
+        return (yield from self._owned_by(self.recorder.push_fixture, fixturedef.argname))
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
