@@ -31,6 +31,7 @@ import sys
 import sysconfig
 import types
 from collections.abc import Callable, Iterable
+from itertools import islice
 from typing import Any
 
 _WATCHED_EVENTS = frozenset(
@@ -180,19 +181,19 @@ class ReachRecorder:
         if isinstance(value, (str, bytes, int, float, bool, type(None))):
             return
         if isinstance(value, dict):
-            for k, v in list(value.items())[:_MAX_ITEMS]:
+            for k, v in islice(value.items(), _MAX_ITEMS):
                 self._scan(k, depth - 1, files, seen)
                 self._scan(v, depth - 1, files, seen)
             return
         if isinstance(value, (list, tuple, set, frozenset)):
-            for v in list(value)[:_MAX_ITEMS]:
+            for v in islice(value, _MAX_ITEMS):
                 self._scan(v, depth - 1, files, seen)
             return
         if self._add_module(type(value).__module__, files):
             # A project object: what it holds is unpickled (and maybe run) remotely too.
             attrs = getattr(value, "__dict__", None)
             if isinstance(attrs, dict):
-                for v in list(attrs.values())[:_MAX_ITEMS]:
+                for v in islice(attrs.values(), _MAX_ITEMS):
                     self._scan(v, depth - 1, files, seen)
 
     # -- hooks -----------------------------------------------------------------------
