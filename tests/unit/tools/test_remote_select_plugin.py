@@ -517,10 +517,21 @@ def test_reach_record_selects_the_tests_that_sent_the_code_to_a_ray_worker(
     result, ran = proj.run()
     assert ran == {RUN: "PASSED", DESCRIBE: "PASSED"}, result.stdout.str()
     state = json.loads((proj.path / ".nrl_remote_state.json").read_text())
-    reach = {n: state["reach_lists"][rid] for n, rid in state["reach"].items()}
+    reach = {n: [e.partition("#")[0] for e in state["reach_lists"][rid]] for n, rid in state["reach"].items()}
     # The actor was created by a module fixture and started with ray.init (Ray's own
-    # processes do not make the test opaque); test_describe sent nothing anywhere.
-    assert reach == {RUN: ["mylib/worker.py"], DESCRIBE: []}
+    # processes do not make the test opaque); its worker reported the functions it ran and
+    # the modules it imported; test_describe sent nothing anywhere.
+    assert reach == {
+        RUN: [
+            "@mylib/worker.py",
+            "mylib/__init__.py::<module>",
+            "mylib/helper.py::<module>",
+            "mylib/helper.py::scale",
+            "mylib/worker.py::<module>",
+            "mylib/worker.py::Doubler.run",
+        ],
+        DESCRIBE: [],
+    }
 
     # A body edit in code that runs only in the actor: testmon alone misses it; the reach
     # adds exactly the test that sent the worker (test_describe's static closure has it too).
@@ -529,6 +540,12 @@ def test_reach_record_selects_the_tests_that_sent_the_code_to_a_ray_worker(
     assert ran == {}
     result, ran = proj.run()
     assert ran == {RUN: "PASSED"}, result.stdout.str()
+
+    # A body edit in the actor's module, in a function the actor never ran: only the test
+    # that runs it in the pytest process (testmon's choice).
+    proj.edit("mylib/worker.py", 'return "doubler"', 'return "doub" + "ler"')
+    result, ran = proj.run()
+    assert ran == {DESCRIBE: "PASSED"}, result.stdout.str()
 
     # A body edit in a module the test imports but never sent to a worker: nothing runs.
     proj.edit("mylib/unrelated.py", 'return "t"', 'return "u"')

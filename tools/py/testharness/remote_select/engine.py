@@ -7,7 +7,10 @@ A test must run when it has no passing record, or when, since it last passed,
     (its import digest, import_time.py): testmon cannot see that code; or
   * a file changed at all inside the import closure of what it sent to Ray workers in that
     run (its recorded reach, reach.py; its static closure when the reach is unknown, e.g.
-    for a test that starts processes itself): testmon cannot see code run there.
+    for a test that starts processes itself): testmon cannot see code run there; or
+  * for actors that reported what they ran (worker_trace.py), more precisely: a function
+    that ran there changed its body, or a file with such a function, or one in the import
+    closure of the actor's module, changed its import-time code.
 
 Everything else is left to pytest-testmon. The pytest adapter only *adds* tests to
 testmon's selection; this module never decides to skip anything.
@@ -57,6 +60,7 @@ class Plan:
     changed: list[str] = field(default_factory=list)  # changed files that affect a test
     imports_loaded: dict[str, dict[str, str]] = field(default_factory=dict)  # gid -> import digests
     imports: dict[str, str] | None = None  # current import digests, once computed
+    units: dict[str, dict[str, str]] = field(default_factory=dict)  # rel -> function body digests, as needed
 
     def must_run(self, nodeid: str) -> bool:
         """True when this test has to run whatever testmon says."""
@@ -154,8 +158,15 @@ class RemoteSelector:
                 hit = memo.get(key)
                 if hit is None:
                     static = graph.closure_bits(tfile)
-                    remote = static if reach is None else _reach_closure(graph, reach, self.root, static)
-                    hit = memo[key] = (static & import_bits[gid]) | (remote & content_bits[gid])
+                    if reach is None:
+                        hit = (static & import_bits[gid]) | (static & content_bits[gid])
+                    else:
+                        whole, traced_mods, units = split_reach(reach)
+                        remote = _reach_closure(graph, whole, self.root, static)
+                        traced = _reach_closure(graph, traced_mods, self.root, static)
+                        hit = ((static | traced) & import_bits[gid]) | (remote & content_bits[gid])
+                        hit |= self._changed_units(plan, graph, units, content_bits[gid], import_bits[gid], tfile)
+                    memo[key] = hit
                 if hit:
                     affected_tests.add(nodeid)
                     changed_hits.update(graph.bits_to_paths(hit))
@@ -173,6 +184,36 @@ class RemoteSelector:
         plan.affected_files = affected_files
         plan.changed = sorted(changed_hits)
         return plan
+
+    def unit_digests(self, plan: Plan, rel: str) -> dict[str, str]:
+        """Body digest of each function and method of `rel` now (import_time.file_facts)."""
+        cache = plan.units
+        if rel not in cache:
+            out: dict[str, str] = {}
+            digest = plan.digests.get(rel)
+            if digest is not None:
+                facts = _parse_all({rel: digest}, plan.files, plan.map_data.parsed)[digest]
+                for qualname, body, *_ in facts["funcs"]:
+                    out[qualname] = out[qualname] + body if qualname in out else body
+            cache[rel] = out
+        return cache[rel]
+
+    def _changed_units(
+        self, plan: Plan, graph: Graph, units: list[tuple[str, str, str]], content: int, imports: int, tfile: str
+    ) -> int:
+        """Bits of the files where a function that ran in a traced actor changed, or where
+        import-time code changed in a file such a function lives in."""
+        bits = 0
+        for rel, qualname, digest in units:
+            if rel not in plan.digests:
+                bits |= graph.bits_of({tfile})  # its file is gone: the test must show what that does
+                continue
+            fbits = graph.bits_of({rel})
+            if not fbits & content:
+                continue
+            if fbits & imports or self.unit_digests(plan, rel).get(qualname, NOT_A_FUNCTION) != digest:
+                bits |= fbits
+        return bits
 
     # -- finish ----------------------------------------------------------------------
     def finish(
@@ -198,7 +239,7 @@ class RemoteSelector:
             tests[nodeid] = new_gid
             reach = reaches.get(nodeid)
             if reach is not None:
-                kept_reach[nodeid] = tuple(reach)
+                kept_reach[nodeid] = self._with_digests(plan, reach)
 
         for nodeid, gid in plan.records.items():
             if test_file_of(nodeid) not in plan.test_files:
@@ -241,6 +282,45 @@ class RemoteSelector:
                 entry = map_data.tests.setdefault(tfile, {})
                 entry.setdefault("nodeids", [])
             store.save_map(self.root, map_data)
+
+
+    def _with_digests(self, plan: Plan, reach: list[str]) -> tuple[str, ...]:
+        """Reach entries as stored: a function that ran remotely gets its body digest
+        ("path::Qual.name#digest"); one of a file outside the scanned tree counts whole."""
+        out: set[str] = set()
+        for entry in reach:
+            rel, sep, qualname = entry.partition("::")
+            if not sep:
+                out.add(entry)
+            elif rel in plan.digests:
+                digest = self.unit_digests(plan, rel).get(qualname)
+                # Module level and class bodies: import-time code, which import digests cover.
+                out.add(f"{rel}::{qualname}#{digest}" if digest else f"{rel}::{MODULE_LEVEL}#{NOT_A_FUNCTION}")
+            else:
+                out.add(rel)
+        return tuple(sorted(out))
+
+
+NOT_A_FUNCTION = "-"  # the digest recorded for import-time code that ran remotely
+MODULE_LEVEL = "<module>"
+
+
+def split_reach(reach: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...], list[tuple[str, str, str]]]:
+    """Stored reach entries -> (modules sent whole, traced actors' modules, functions that
+    ran in traced actors as (path, qualified name, body digest))."""
+    files: list[str] = []
+    imports: list[str] = []
+    units: list[tuple[str, str, str]] = []
+    for entry in reach:
+        if entry.startswith("@"):
+            imports.append(entry[1:])
+        elif "::" in entry:
+            rel, _, rest = entry.partition("::")
+            qualname, _, digest = rest.rpartition("#")
+            units.append((rel, qualname, digest))
+        else:
+            files.append(entry)
+    return tuple(files), tuple(imports), units
 
 
 def _diff(old: dict[str, str], new: dict[str, str]) -> set[str]:

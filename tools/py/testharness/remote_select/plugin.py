@@ -88,12 +88,14 @@ class RemoteSelectSession:
             tests = self.testmon.deselected_tests
             tests[:] = [t for t in tests if t not in must]
 
-    def _owned_by(self, push: Callable[[str], None], key: str) -> Generator[None, Any, Any]:
+    def _owned_by(self, push: Callable[[str], None], key: str, settle: bool = False) -> Generator[None, Any, Any]:
         """Body of a hook wrapper: what runs inside is charged to `key` (a test or a fixture)."""
         push(key)
         try:
             return (yield)
         finally:
+            if settle:
+                self.recorder.settle()
             self.recorder.pop()
 
     @pytest.hookimpl(wrapper=True)
@@ -102,12 +104,13 @@ class RemoteSelectSession:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_fixture_setup(self, fixturedef: Any) -> Generator[None, Any, Any]:
-        return (yield from self._owned_by(self.recorder.push_fixture, fixturedef.argname))
+        return (yield from self._owned_by(self.recorder.push_fixture, fixturedef.argname, settle=True))
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
         report = yield
         if call.when == "teardown":
+            self.recorder.settle()  # what the test's calls ran in traced actors
             report.remote_reach = self.recorder.reach_of(item.nodeid, getattr(item, "fixturenames", ()))
         return report
 

@@ -23,13 +23,19 @@ hook), so a run that never imports Ray never pays for it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.abc
 import importlib.machinery
+import inspect
+import json
 import os
+import shutil
 import sys
 import sysconfig
+import tempfile
 import types
+import weakref
 from collections.abc import Callable, Iterable
 from itertools import islice
 from typing import Any
@@ -41,16 +47,40 @@ _STDLIB = sysconfig.get_paths()["stdlib"] + os.sep
 _HARNESS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _MAX_DEPTH = 4  # how deep arguments are searched for project objects
 _MAX_ITEMS = 256  # entries looked at per container
+_DRAIN_TIMEOUT_S = 30.0  # an actor busy longer than this is no longer traced
 
 
 class Bucket:
-    """What one owner (a test or a fixture) reached."""
+    """What one owner (a test or a fixture) reached.
 
-    __slots__ = ("files", "opaque")
+    files: modules sent whole (any change in their import closure counts); imports: modules
+    of traced actors (only import-time changes in their closure count); units: functions
+    that ran in traced actors ("path::Qual.name"); actors: traced actors it used."""
+
+    __slots__ = ("actors", "files", "imports", "opaque", "units")
 
     def __init__(self) -> None:
         self.files: set[str] = set()
+        self.imports: set[str] = set()
+        self.units: set[str] = set()
+        self.actors: set[str] = set()
         self.opaque = False
+
+
+class TracedActor:
+    """An actor whose worker reports the functions it runs (worker_trace.py).
+
+    `units` is cumulative since creation: a test that uses an actor may depend on state
+    that earlier calls (other tests, the fixture that made it) left in it."""
+
+    __slots__ = ("files", "handle", "lost", "spawned", "units")
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = weakref.ref(handle)
+        self.files: set[str] = set()  # what module granularity would charge (the fallback)
+        self.units: set[str] = set()
+        self.spawned = False  # project code in it started a process: owners go opaque
+        self.lost = False  # a report went missing: module granularity from now on
 
 
 class ReachRecorder:
@@ -66,6 +96,10 @@ class ReachRecorder:
         self._ray_dir: str | None = None
         self._installed = False
         self._originals: list[tuple[Any, str, Any]] = []
+        self.actors: dict[str, TracedActor] = {}  # actor id (hex) -> traced actor
+        self.exit_dir: str | None = None  # where ending traced actors leave their last report
+        self._tracing = False  # this session's Ray workers run worker_trace's hook
+        self._draining = False
 
     # -- owners ----------------------------------------------------------------------
     def push_test(self, nodeid: str) -> None:
@@ -79,27 +113,42 @@ class ReachRecorder:
             self.stack.pop()
 
     def reach_of(self, nodeid: str, fixturenames: Iterable[str]) -> list[str] | None:
-        """Sorted repo-relative files this test reached remotely, or None when opaque."""
+        """This test's sorted reach entries, or None when opaque: "path" (a module sent
+        whole), "@path" (a traced actor's module: import-time code only) and "path::Qual.name"
+        (a function that ran in a traced actor)."""
         if self.session_opaque:
             return None
         buckets = [self.tests.get(nodeid, Bucket())] + [self.fixtures[f] for f in fixturenames if f in self.fixtures]
         if any(b.opaque for b in buckets):
             return None
-        return sorted(set().union(*(b.files for b in buckets)))
+        out: set[str] = set()
+        for b in buckets:
+            out |= b.files
+            out.update("@" + f for f in b.imports)
+            out |= b.units
+        return sorted(out)
 
     # -- events ----------------------------------------------------------------------
-    def _charge(self, files: set[str], opaque: bool = False) -> None:
-        if not files and not opaque:
+    def _charge(self, files: set[str], opaque: bool = False, actor: str | None = None) -> None:
+        if not files and not opaque and actor is None:
             return
         if not self.stack:
             self.session_opaque = True
             return
+        traced = self.actors.get(actor) if actor is not None else None
+        if traced is not None and not traced.lost:
+            traced.files |= files  # the fallback, should a report go missing
         for bucket in self.stack:
-            bucket.files |= files
             bucket.opaque = bucket.opaque or opaque
+            if traced is None or traced.lost:
+                bucket.files |= files
+            else:
+                bucket.imports |= files
+                bucket.actors.add(actor)  # type: ignore[arg-type]
 
-    def note_remote(self, modules: Iterable[str | None], *values: Any) -> None:
-        """Code of `modules` runs remotely, with `values` (arguments) sent along."""
+    def note_remote(self, modules: Iterable[str | None], *values: Any, actor: str | None = None) -> None:
+        """Code of `modules` runs remotely, with `values` (arguments) sent along; `actor`:
+        in that traced actor, whose reports then say which functions actually ran."""
         if self._ignored(sys._getframe(1), process=False):
             return
         files: set[str] = set()
@@ -110,7 +159,88 @@ class ReachRecorder:
         seen: set[int] = set()
         for value in values:
             self._scan(value, _MAX_DEPTH, files, seen)
-        self._charge(files)
+        self._charge(files, actor=actor)
+
+    # -- traced actors ---------------------------------------------------------------
+    def settle(self) -> None:
+        """Collect what every traced actor ran since the last call and charge it to the
+        owners on the stack. Called when a fixture's set-up ends and before a test's
+        teardown report, so what a test's calls ran is known before its reach is read."""
+        if not self.actors:
+            return
+        try:
+            self._settle()
+        except Exception:  # noqa: BLE001  never fail a test: module granularity instead
+            for aid, actor in self.actors.items():
+                if not actor.lost:
+                    self._absorb(aid, actor, None)
+
+    def _settle(self) -> None:
+        import ray
+
+        from . import worker_trace
+
+        pending = {aid: a for aid, a in self.actors.items() if not a.lost}
+        refs: dict[Any, str] = {}
+        if ray.is_initialized():
+            self._draining = True
+            try:
+                for aid, actor in pending.items():
+                    handle = actor.handle()
+                    if handle is not None:
+                        with contextlib.suppress(Exception):  # a dead actor: its exit file says
+                            refs[handle.__ray_call__.remote(worker_trace.drain)] = aid
+            finally:
+                self._draining = False
+        done: list[Any] = []
+        if refs:
+            done, _ = ray.wait(list(refs), num_returns=len(refs), timeout=_DRAIN_TIMEOUT_S)
+        answered = {refs[ref] for ref in done}
+        reports: dict[str, Any] = {}
+        for ref in done:
+            with contextlib.suppress(Exception):  # it ended meanwhile: its exit file says
+                reports[refs[ref]] = ray.get(ref)
+        for aid, actor in pending.items():
+            if aid in reports:
+                self._absorb(aid, actor, reports[aid])
+            elif aid in refs.values() and aid not in answered:
+                self._absorb(aid, actor, None)  # still busy: untraced from now on (lost)
+            else:  # it has ended: what it ran last is in its exit file, if it exited cleanly
+                self._absorb(aid, actor, self._exit_report(aid))
+                del self.actors[aid]
+
+    def _absorb(self, aid: str, actor: TracedActor, report: Any) -> None:
+        """Fold one report (None: missing) into the actor and into the owners that used it."""
+        if not isinstance(report, dict) or not isinstance(report.get("units"), list):
+            actor.lost = True
+        else:
+            actor.units.update(u for u in report["units"] if isinstance(u, str))
+            actor.spawned = actor.spawned or bool(report.get("spawned"))
+            if report["units"]:  # it ran code in this period, whoever asked it to
+                for bucket in self.stack:
+                    bucket.actors.add(aid)
+        for bucket in self.stack:
+            if aid not in bucket.actors:
+                continue
+            if actor.lost:
+                bucket.files |= actor.files
+            elif actor.spawned:
+                bucket.opaque = True
+            else:
+                bucket.units |= actor.units
+
+    def _exit_report(self, aid: str) -> Any:
+        """The last report of an actor that ended (worker_trace writes it at exit)."""
+        if self.exit_dir is None:
+            return None
+        path = os.path.join(self.exit_dir, f"{aid}.json")
+        try:
+            with open(path, encoding="utf-8") as fh:
+                report = json.load(fh)
+            os.unlink(path)
+            return report
+        except (OSError, ValueError):
+            return None
 
     def note_process(self) -> None:
         """A process was started: unless Ray or the harness started it, the test is opaque.
@@ -219,6 +349,9 @@ class ReachRecorder:
 
     def uninstall(self) -> None:
         self._installed = False
+        if self.exit_dir is not None:
+            shutil.rmtree(self.exit_dir, ignore_errors=True)
+            self.exit_dir = None
         for finder in [f for f in sys.meta_path if isinstance(f, _AfterImport) and f.owner is self]:
             sys.meta_path.remove(finder)
         while self._originals:  # newest first, so nested recorders unwind correctly
@@ -234,37 +367,105 @@ class ReachRecorder:
         self._ray_dir = os.path.dirname(os.path.abspath(ray.__file__)) + os.sep
         recorder = self
 
-        def on_create(actor_class: Any, args: Any = None, kwargs: Any = None, *_: Any, **__: Any) -> None:
-            cls = getattr(getattr(actor_class, "__ray_metadata__", None), "modified_class", None)
-            recorder.note_remote([getattr(cls, "__module__", None) or type(actor_class).__module__], args, kwargs)
+        def with_trace_hook(*args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+            """ray.init arguments that make every worker of the session trace itself."""
+            env = kwargs.get("runtime_env")
+            if ray.is_initialized() or (env is not None and not isinstance(env, dict)):
+                return args, kwargs
+            env = dict(env or {})
+            if "worker_process_setup_hook" in env:
+                recorder._tracing = False  # the user's hook wins; module granularity then
+                return args, kwargs
+            from ray import cloudpickle
+
+            from . import worker_trace
+
+            cloudpickle.register_pickle_by_value(worker_trace)  # workers need not import the harness
+            if recorder.exit_dir is None:
+                recorder.exit_dir = tempfile.mkdtemp(prefix="remote-select-")
+            env["worker_process_setup_hook"] = worker_trace.make_hook(recorder.root, recorder.exit_dir)
+            recorder._tracing = True
+            return args, dict(kwargs, runtime_env=env)
+
+        def on_create(handle: Any, actor_class: Any, args: Any = None, kwargs: Any = None, *_: Any, **options: Any) -> None:
+            meta = getattr(actor_class, "__ray_metadata__", None)
+            cls = getattr(meta, "modified_class", None)
+            actor = None
+            if recorder._tracing and _runs_calls_in_order(cls, meta, options) and hasattr(handle, "_ray_actor_id"):
+                actor = handle._ray_actor_id.hex()
+                recorder.actors.setdefault(actor, TracedActor(handle))  # `get_if_exists` may hand back a known one
+            recorder.note_remote([getattr(cls, "__module__", None) or type(actor_class).__module__], args, kwargs, actor=actor)
 
         def on_call(handle: Any, method_name: str, args: Any = None, kwargs: Any = None, *_: Any, **__: Any) -> None:
+            if recorder._draining:
+                return
             descriptor = getattr(handle, "_ray_actor_creation_function_descriptor", None)
-            recorder.note_remote([getattr(descriptor, "module_name", None)], args, kwargs)
+            actor_id = getattr(handle, "_ray_actor_id", None)
+            aid = actor_id.hex() if actor_id is not None else None
+            recorder.note_remote([getattr(descriptor, "module_name", None)], args, kwargs,
+                                 actor=aid if aid in recorder.actors else None)
 
         def on_task(function: Any, args: Any = None, kwargs: Any = None, *_: Any, **__: Any) -> None:
             recorder.note_remote([getattr(getattr(function, "_function", None), "__module__", None)], args, kwargs)
 
-        self._wrap(ray.actor.ActorClass, "_remote", on_create)
+        def before_shutdown(*_: Any, **__: Any) -> None:
+            # Ray kills its actors without running their exit handlers: ask them first.
+            recorder.settle()
+            recorder.actors.clear()
+
+        self._wrap(ray, "init", rewrite=with_trace_hook)
+        self._wrap(ray, "shutdown", before_shutdown)
+        self._wrap(ray, "kill", lambda *a, **k: recorder.settle())
+        self._wrap(ray.actor.ActorClass, "_remote", after=on_create)
         self._wrap(ray.actor.ActorHandle, "_actor_method_call", on_call)
         self._wrap(ray.remote_function.RemoteFunction, "_remote", on_task)
         self._wrap(ray, "put", lambda value, *a, **k: recorder.note_remote([], value))
 
-    def _wrap(self, owner: Any, attr: str, before: Callable[..., None]) -> None:
-        """Call `before(*args)` ahead of `owner.attr`; if `before` fails, the owners go opaque."""
+    def _wrap(
+        self,
+        owner: Any,
+        attr: str,
+        before: Callable[..., None] | None = None,
+        after: Callable[..., None] | None = None,
+        rewrite: Callable[..., tuple[tuple[Any, ...], dict[str, Any]]] | None = None,
+    ) -> None:
+        """Wrap `owner.attr`: `rewrite(*args)` may change its arguments, `before(*args)` runs
+        ahead of it, `after(result, *args)` once it returned. If they fail, the owners go opaque."""
         original = getattr(owner, attr)
         recorder = self
 
         @functools.wraps(original)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             try:
-                before(*args, **kwargs)
+                if rewrite is not None:
+                    args, kwargs = rewrite(*args, **kwargs)
+                if before is not None:
+                    before(*args, **kwargs)
             except Exception:  # noqa: BLE001  never break the call; an unknown reach means the static closure
                 recorder._charge(set(), opaque=True)
-            return original(*args, **kwargs)
+            result = original(*args, **kwargs)
+            if after is not None:
+                try:
+                    after(result, *args, **kwargs)
+                except Exception:  # noqa: BLE001
+                    recorder._charge(set(), opaque=True)
+            return result
 
         self._originals.append((owner, attr, original))
         setattr(owner, attr, wrapper)
+
+
+def _runs_calls_in_order(cls: Any, meta: Any, options: dict[str, Any]) -> bool:
+    """A sync actor with one thread: its tasks run one by one, in the order the driver sent
+    them, on the main thread the worker's tracer watches. Threaded and async actors do not."""
+    if cls is None or getattr(meta, "concurrency_groups", None):
+        return False
+    if options.get("max_concurrency") not in (None, 1) or options.get("concurrency_groups"):
+        return False
+    return not any(
+        inspect.iscoroutinefunction(m) or inspect.isasyncgenfunction(m)
+        for _, m in inspect.getmembers(cls, predicate=inspect.isfunction)
+    )
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):

@@ -1,0 +1,123 @@
+"""Runs inside Ray worker processes: which project functions ran there (the per-function reach).
+
+The recorder (reach.py) makes Ray run `make_hook(...)`'s hook in every worker process of
+the session (`worker_process_setup_hook`), and, at the end of each test or fixture set-up,
+calls `drain` in every live actor it tracks (`actor.__ray_call__`). Tasks of a sync actor
+run one at a time on its main thread in the order the driver sent them, so a drain returns
+everything the calls sent before it ran. A gracefully ending actor writes what it ran since
+its last drain to `<exit_dir>/<actor id>.json` (atexit), so an actor a test shuts down is not lost.
+
+A function is reported as (file, outermost enclosing function or method): a nested function,
+lambda or comprehension counts as part of the function that defines it, which is the unit
+the selector fingerprints. A worker that starts a process from project code reports it
+("spawned"): what runs there is not traced.
+
+This module is pickled *by value* into the workers (they need not be able to import the
+harness), so it uses the standard library only, and keeps its state in `sys.modules`:
+each pickled function arrives with its own copy of the module's globals.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import sys
+import threading
+import types
+from collections.abc import Callable
+from typing import Any
+
+_STATE = "_testharness_remote_trace"
+_THIRD_PARTY = os.sep + "site-packages" + os.sep  # a virtual environment inside the checkout
+_PROCESS_EVENTS = frozenset(
+    {"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty"}
+)
+
+
+def make_hook(root: str, exit_dir: str) -> Callable[[], None]:
+    """The `worker_process_setup_hook` for `ray.init` (a closure: Ray needs a callable of no arguments)."""
+
+    def testharness_trace_hook() -> None:
+        install(root, exit_dir)
+
+    return testharness_trace_hook
+
+
+def install(root: str, exit_dir: str) -> None:
+    if _STATE in sys.modules:
+        return
+    state: Any = types.ModuleType(_STATE)
+    state.root = os.path.join(root, "")
+    state.exit_dir = exit_dir
+    state.seen = {}  # id(code) -> code; code objects kept alive so an id is never reused
+    state.spawned = False
+
+    def profile(frame: types.FrameType, event: str, arg: object) -> None:
+        if event == "call":
+            code = frame.f_code
+            if id(code) not in state.seen:
+                state.seen[id(code)] = code
+
+    def audit(event: str, args: tuple[Any, ...]) -> None:
+        if event in _PROCESS_EVENTS and not state.spawned:
+            frame: types.FrameType | None = sys._getframe(1)
+            while frame is not None:  # started by project code (not by Ray or a library on its own)
+                name = frame.f_code.co_filename
+                if name.startswith(state.root) and _THIRD_PARTY not in name:
+                    state.spawned = True
+                    return
+                frame = frame.f_back
+
+    sys.modules[_STATE] = state
+    sys.addaudithook(audit)
+    sys.setprofile(profile)
+    setprofile_all = getattr(threading, "setprofile_all_threads", None)  # Python >= 3.12
+    if setprofile_all is not None:
+        setprofile_all(profile)
+    else:
+        threading.setprofile(profile)
+    atexit.register(_write_exit_file)
+
+
+def _report(state: Any) -> dict[str, Any]:
+    """What ran since the last report: {"units": ["path::Qual.name", ...], "spawned": bool}."""
+    seen = state.seen
+    # Popped one by one (each pop is atomic): what another thread adds meanwhile stays for
+    # the next report instead of being lost.
+    codes = [seen.pop(key) for key in list(seen)]
+    units: set[str] = set()
+    root = state.root
+    for code in codes:
+        path = code.co_filename
+        if path.startswith(root) and _THIRD_PARTY not in path:
+            rel = path[len(root):].replace(os.sep, "/")
+            units.add(rel + "::" + code.co_qualname.split(".<locals>", 1)[0])
+    return {"units": sorted(units), "spawned": state.spawned, "pid": os.getpid()}
+
+
+def drain(_actor: object = None) -> dict[str, Any] | None:
+    """Called through `actor.__ray_call__`; None when this worker is not traced."""
+    state = sys.modules.get(_STATE)
+    return None if state is None else _report(state)
+
+
+def _write_exit_file() -> None:
+    state = sys.modules.get(_STATE)
+    if state is None:
+        return
+    try:
+        import ray
+
+        actor_id = ray.get_runtime_context().get_actor_id()
+    except Exception:  # noqa: BLE001  not an actor, or Ray already gone: nothing to attribute
+        return
+    if not actor_id:
+        return
+    path = os.path.join(state.exit_dir, f"{actor_id}.json")
+    try:
+        with open(path + ".tmp", "w", encoding="utf-8") as fh:
+            json.dump(_report(state), fh)
+        os.replace(path + ".tmp", path)
+    except OSError:
+        pass  # the driver finds no file and falls back to module granularity
