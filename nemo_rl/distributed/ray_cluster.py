@@ -57,9 +57,6 @@ def count_local_gpus() -> int:
 
 def init_ray(num_cpus: int | None = None, num_gpus: int | None = None) -> ClusterInfo:
     """Connect to (or start) Ray once per process; later calls return the same cluster."""
-    # Ray's `uv run` hook would re-package the checkout (with .venv) into every worker and run
-    # them from another directory; workers here use the driver's interpreter and environment.
-    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
     started_here = False
     if not ray.is_initialized():
         address = os.environ.get("RAY_ADDRESS") or local_head_address()

@@ -73,10 +73,12 @@ class TracedActor:
     `units` is cumulative since creation: a test that uses an actor may depend on state
     that earlier calls (other tests, the fixture that made it) left in it."""
 
-    __slots__ = ("files", "handle", "lost", "spawned", "units")
+    __slots__ = ("file", "files", "handle", "lost", "module", "spawned", "units")
 
-    def __init__(self, handle: Any) -> None:
+    def __init__(self, handle: Any, module: str, file: str) -> None:
         self.handle = weakref.ref(handle)
+        self.module = module  # its class's module, and that module's real path here:
+        self.file = file  # the worker checks it loaded the same file
         self.files: set[str] = set()  # what module granularity would charge (the fallback)
         self.units: set[str] = set()
         self.spawned = False  # project code in it started a process: owners go opaque
@@ -189,7 +191,7 @@ class ReachRecorder:
                     handle = actor.handle()
                     if handle is not None:
                         with contextlib.suppress(Exception):  # a dead actor: its exit file says
-                            refs[handle.__ray_call__.remote(worker_trace.drain)] = aid
+                            refs[handle.__ray_call__.remote(worker_trace.drain, actor.module, actor.file)] = aid
             finally:
                 self._draining = False
         done: list[Any] = []
@@ -390,11 +392,14 @@ class ReachRecorder:
         def on_create(handle: Any, actor_class: Any, args: Any = None, kwargs: Any = None, *_: Any, **options: Any) -> None:
             meta = getattr(actor_class, "__ray_metadata__", None)
             cls = getattr(meta, "modified_class", None)
+            module = getattr(cls, "__module__", None) or type(actor_class).__module__
+            path = getattr(sys.modules.get(module), "__file__", None)
             actor = None
-            if recorder._tracing and _runs_calls_in_order(cls, meta, options) and hasattr(handle, "_ray_actor_id"):
+            if recorder._tracing and path and _runs_calls_in_order(cls, meta, options) and hasattr(handle, "_ray_actor_id"):
                 actor = handle._ray_actor_id.hex()
-                recorder.actors.setdefault(actor, TracedActor(handle))  # `get_if_exists` may hand back a known one
-            recorder.note_remote([getattr(cls, "__module__", None) or type(actor_class).__module__], args, kwargs, actor=actor)
+                # `get_if_exists` may hand back an actor already known
+                recorder.actors.setdefault(actor, TracedActor(handle, module, os.path.realpath(path)))
+            recorder.note_remote([module], args, kwargs, actor=actor)
 
         def on_call(handle: Any, method_name: str, args: Any = None, kwargs: Any = None, *_: Any, **__: Any) -> None:
             if recorder._draining:

@@ -48,7 +48,8 @@ def install(root: str, exit_dir: str) -> None:
     if _STATE in sys.modules:
         return
     state: Any = types.ModuleType(_STATE)
-    state.root = os.path.join(root, "")
+    state.root = os.path.join(os.path.realpath(root), "")
+    state.realpaths = {}
     state.exit_dir = exit_dir
     state.seen = {}  # id(code) -> code; code objects kept alive so an id is never reused
     state.spawned = False
@@ -88,18 +89,27 @@ def _report(state: Any) -> dict[str, Any]:
     codes = [seen.pop(key) for key in list(seen)]
     units: set[str] = set()
     root = state.root
+    real = state.realpaths  # code objects carry the path as imported (maybe via a symlink)
     for code in codes:
         path = code.co_filename
+        if path not in real:
+            real[path] = os.path.realpath(path) if os.path.isabs(path) else ""
+        path = real[path]
         if path.startswith(root) and _THIRD_PARTY not in path:
             rel = path[len(root):].replace(os.sep, "/")
             units.add(rel + "::" + code.co_qualname.split(".<locals>", 1)[0])
-    return {"units": sorted(units), "spawned": state.spawned, "pid": os.getpid()}
+    return {"units": sorted(units), "spawned": state.spawned}
 
 
-def drain(_actor: object = None) -> dict[str, Any] | None:
-    """Called through `actor.__ray_call__`; None when this worker is not traced."""
+def drain(_actor: object, module: str, expected_file: str) -> dict[str, Any] | None:
+    """Called through `actor.__ray_call__`. None when this worker is not traced, or when the
+    actor's class was not loaded from the driver's checkout (a copy of it, another machine's
+    path): what ran there cannot be named in the driver's terms."""
     state = sys.modules.get(_STATE)
-    return None if state is None else _report(state)
+    path = getattr(sys.modules.get(module), "__file__", None)
+    if state is None or not path or os.path.realpath(path) != expected_file:
+        return None
+    return _report(state)
 
 
 def _write_exit_file() -> None:
