@@ -28,12 +28,9 @@ import functools
 import importlib.abc
 import importlib.machinery
 import inspect
-import json
 import os
-import shutil
 import sys
 import sysconfig
-import tempfile
 import types
 import weakref
 from collections.abc import Callable, Iterable
@@ -99,7 +96,6 @@ class ReachRecorder:
         self._installed = False
         self._originals: list[tuple[Any, str, Any]] = []
         self.actors: dict[str, TracedActor] = {}  # actor id (hex) -> traced actor
-        self.exit_dir: str | None = None  # where ending traced actors leave their last report
         self._tracing = False  # this session's Ray workers run worker_trace's hook
         self._draining = False
 
@@ -190,7 +186,7 @@ class ReachRecorder:
                 for aid, actor in pending.items():
                     handle = actor.handle()
                     if handle is not None:
-                        with contextlib.suppress(Exception):  # a dead actor: its exit file says
+                        with contextlib.suppress(Exception):  # a dead actor: its report is lost
                             refs[handle.__ray_call__.remote(worker_trace.drain, actor.module, actor.file)] = aid
             finally:
                 self._draining = False
@@ -200,16 +196,13 @@ class ReachRecorder:
         answered = {refs[ref] for ref in done}
         reports: dict[str, Any] = {}
         for ref in done:
-            with contextlib.suppress(Exception):  # it ended meanwhile: its exit file says
+            with contextlib.suppress(Exception):  # it ended meanwhile: its report is lost
                 reports[refs[ref]] = ray.get(ref)
         for aid, actor in pending.items():
-            if aid in reports:
-                self._absorb(aid, actor, reports[aid])
-            elif aid in refs.values() and aid not in answered:
-                self._absorb(aid, actor, None)  # still busy: untraced from now on (lost)
-            else:  # it has ended: what it ran last is in its exit file, if it exited cleanly
-                self._absorb(aid, actor, self._exit_report(aid))
-                del self.actors[aid]
+            self._absorb(aid, actor, reports.get(aid))
+            if aid not in reports and (aid in answered or aid not in refs.values()):
+                del self.actors[aid]  # it has ended: nothing more to ask
+            # (still busy after the timeout: kept, but lost: module granularity from now on)
 
     def _absorb(self, aid: str, actor: TracedActor, report: Any) -> None:
         """Fold one report (None: missing) into the actor and into the owners that used it."""
@@ -230,19 +223,6 @@ class ReachRecorder:
                 bucket.opaque = True
             else:
                 bucket.units |= actor.units
-
-    def _exit_report(self, aid: str) -> Any:
-        """The last report of an actor that ended (worker_trace writes it at exit)."""
-        if self.exit_dir is None:
-            return None
-        path = os.path.join(self.exit_dir, f"{aid}.json")
-        try:
-            with open(path, encoding="utf-8") as fh:
-                report = json.load(fh)
-            os.unlink(path)
-            return report
-        except (OSError, ValueError):
-            return None
 
     def note_process(self) -> None:
         """A process was started: unless Ray or the harness started it, the test is opaque.
@@ -351,9 +331,6 @@ class ReachRecorder:
 
     def uninstall(self) -> None:
         self._installed = False
-        if self.exit_dir is not None:
-            shutil.rmtree(self.exit_dir, ignore_errors=True)
-            self.exit_dir = None
         for finder in [f for f in sys.meta_path if isinstance(f, _AfterImport) and f.owner is self]:
             sys.meta_path.remove(finder)
         while self._originals:  # newest first, so nested recorders unwind correctly
@@ -383,9 +360,7 @@ class ReachRecorder:
             from . import worker_trace
 
             cloudpickle.register_pickle_by_value(worker_trace)  # workers need not import the harness
-            if recorder.exit_dir is None:
-                recorder.exit_dir = tempfile.mkdtemp(prefix="remote-select-")
-            env["worker_process_setup_hook"] = worker_trace.make_hook(recorder.root, recorder.exit_dir)
+            env["worker_process_setup_hook"] = worker_trace.make_hook(recorder.root)
             recorder._tracing = True
             return args, dict(kwargs, runtime_env=env)
 
@@ -404,6 +379,8 @@ class ReachRecorder:
         def on_call(handle: Any, method_name: str, args: Any = None, kwargs: Any = None, *_: Any, **__: Any) -> None:
             if recorder._draining:
                 return
+            if method_name == "__ray_terminate__":
+                recorder.settle()  # its last report, while it can still answer
             descriptor = getattr(handle, "_ray_actor_creation_function_descriptor", None)
             actor_id = getattr(handle, "_ray_actor_id", None)
             aid = actor_id.hex() if actor_id is not None else None

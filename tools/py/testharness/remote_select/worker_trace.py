@@ -2,10 +2,10 @@
 
 The recorder (reach.py) makes Ray run `make_hook(...)`'s hook in every worker process of
 the session (`worker_process_setup_hook`), and, at the end of each test or fixture set-up,
-calls `drain` in every live actor it tracks (`actor.__ray_call__`). Tasks of a sync actor
-run one at a time on its main thread in the order the driver sent them, so a drain returns
-everything the calls sent before it ran. A gracefully ending actor writes what it ran since
-its last drain to `<exit_dir>/<actor id>.json` (atexit), so an actor a test shuts down is not lost.
+calls `drain` in every live actor it tracks (`actor.__ray_call__`), and again just before
+an actor is terminated, killed or Ray shut down. Tasks of a sync actor run one at a time on
+its main thread in the order the driver sent them, so a drain returns everything the calls
+sent before it ran.
 
 A function is reported as (file, outermost enclosing function or method): a nested function,
 lambda or comprehension counts as part of the function that defines it, which is the unit
@@ -19,8 +19,6 @@ each pickled function arrives with its own copy of the module's globals.
 
 from __future__ import annotations
 
-import atexit
-import json
 import os
 import sys
 import threading
@@ -35,22 +33,21 @@ _PROCESS_EVENTS = frozenset(
 )
 
 
-def make_hook(root: str, exit_dir: str) -> Callable[[], None]:
+def make_hook(root: str) -> Callable[[], None]:
     """The `worker_process_setup_hook` for `ray.init` (a closure: Ray needs a callable of no arguments)."""
 
     def testharness_trace_hook() -> None:
-        install(root, exit_dir)
+        install(root)
 
     return testharness_trace_hook
 
 
-def install(root: str, exit_dir: str) -> None:
+def install(root: str) -> None:
     if _STATE in sys.modules:
         return
     state: Any = types.ModuleType(_STATE)
     state.root = os.path.join(os.path.realpath(root), "")
     state.realpaths = {}
-    state.exit_dir = exit_dir
     state.seen = {}  # id(code) -> code; code objects kept alive so an id is never reused
     state.spawned = False
 
@@ -78,7 +75,6 @@ def install(root: str, exit_dir: str) -> None:
         setprofile_all(profile)
     else:
         threading.setprofile(profile)
-    atexit.register(_write_exit_file)
 
 
 def _report(state: Any) -> dict[str, Any]:
@@ -110,24 +106,3 @@ def drain(_actor: object, module: str, expected_file: str) -> dict[str, Any] | N
     if state is None or not path or os.path.realpath(path) != expected_file:
         return None
     return _report(state)
-
-
-def _write_exit_file() -> None:
-    state = sys.modules.get(_STATE)
-    if state is None:
-        return
-    try:
-        import ray
-
-        actor_id = ray.get_runtime_context().get_actor_id()
-    except Exception:  # noqa: BLE001  not an actor, or Ray already gone: nothing to attribute
-        return
-    if not actor_id:
-        return
-    path = os.path.join(state.exit_dir, f"{actor_id}.json")
-    try:
-        with open(path + ".tmp", "w", encoding="utf-8") as fh:
-            json.dump(_report(state), fh)
-        os.replace(path + ".tmp", path)
-    except OSError:
-        pass  # the driver finds no file and falls back to module granularity
