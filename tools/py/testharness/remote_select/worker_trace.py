@@ -59,14 +59,17 @@ def install(root: str) -> None:
 
     def audit(event: str, args: tuple[Any, ...]) -> None:
         if event in _PROCESS_EVENTS and not state.spawned:
-            frame: types.FrameType | None = sys._getframe(1)
-            while frame is not None:  # started by project code (not by Ray or a library on its own)
-                name = frame.f_code.co_filename
-                if name.startswith(state.root) and _THIRD_PARTY not in name:
-                    state.spawned = True
-                    return
-                frame = frame.f_back
+            state.spawned = _started_by_project(sys._getframe(1), state.root)
 
+    import multiprocessing.process as mp_process  # its `spawn` start method audits nothing
+
+    start = mp_process.BaseProcess.start
+
+    def start_process(process: Any) -> None:
+        state.spawned = state.spawned or _started_by_project(sys._getframe(1), state.root)
+        start(process)
+
+    mp_process.BaseProcess.start = start_process  # type: ignore[method-assign,assignment]
     sys.modules[_STATE] = state
     sys.addaudithook(audit)
     sys.setprofile(profile)
@@ -75,6 +78,20 @@ def install(root: str) -> None:
         setprofile_all(profile)
     else:
         threading.setprofile(profile)
+
+
+def _started_by_project(frame: types.FrameType | None, root: str) -> bool:
+    """True when project code started this process, so project code may run untraced there.
+    Not when a library's import-time code did (`ctypes.util.find_library` running
+    `ldconfig` while torch loads): an import frame comes before any project frame then."""
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if name.startswith("<frozen importlib"):
+            return False
+        if name.startswith(root) and _THIRD_PARTY not in name:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _report(state: Any) -> dict[str, Any]:
