@@ -173,6 +173,14 @@ class ReachRecorder:
                 if not actor.lost:
                     self._absorb(aid, actor, None)
 
+    def ending(self, handle: Any) -> None:
+        """`handle`'s actor is about to be terminated or killed: take its last report now
+        (it runs nothing after that) and stop asking it."""
+        actor_id = getattr(handle, "_ray_actor_id", None)
+        if actor_id is not None and actor_id.hex() in self.actors:
+            self.settle()
+            self.actors.pop(actor_id.hex(), None)
+
     def _settle(self) -> None:
         import ray
 
@@ -380,7 +388,7 @@ class ReachRecorder:
             if recorder._draining:
                 return
             if method_name == "__ray_terminate__":
-                recorder.settle()  # its last report, while it can still answer
+                recorder.ending(handle)
             descriptor = getattr(handle, "_ray_actor_creation_function_descriptor", None)
             actor_id = getattr(handle, "_ray_actor_id", None)
             aid = actor_id.hex() if actor_id is not None else None
@@ -397,7 +405,7 @@ class ReachRecorder:
 
         self._wrap(ray, "init", rewrite=with_trace_hook)
         self._wrap(ray, "shutdown", before_shutdown)
-        self._wrap(ray, "kill", lambda *a, **k: recorder.settle())
+        self._wrap(ray, "kill", lambda actor, *a, **k: recorder.ending(actor))
         self._wrap(ray.actor.ActorClass, "_remote", after=on_create)
         self._wrap(ray.actor.ActorHandle, "_actor_method_call", on_call)
         self._wrap(ray.remote_function.RemoteFunction, "_remote", on_task)

@@ -51,11 +51,13 @@ def install(root: str) -> None:
     state.seen = {}  # id(code) -> code; code objects kept alive so an id is never reused
     state.spawned = False
 
+    seen = state.seen  # bound here: module attributes are cleared at interpreter exit
+
     def profile(frame: types.FrameType, event: str, arg: object) -> None:
         if event == "call":
             code = frame.f_code
-            if id(code) not in state.seen:
-                state.seen[id(code)] = code
+            if id(code) not in seen:
+                seen[id(code)] = code
 
     def audit(event: str, args: tuple[Any, ...]) -> None:
         if event in _PROCESS_EVENTS and not state.spawned:
