@@ -387,11 +387,12 @@ class ReachRecorder:
         def on_call(handle: Any, method_name: str, args: Any = None, kwargs: Any = None, *_: Any, **__: Any) -> None:
             if recorder._draining:
                 return
-            if method_name == "__ray_terminate__":
-                recorder.ending(handle)
-            descriptor = getattr(handle, "_ray_actor_creation_function_descriptor", None)
             actor_id = getattr(handle, "_ray_actor_id", None)
             aid = actor_id.hex() if actor_id is not None else None
+            if aid in recorder.actors and method_name == "__ray_terminate__":
+                recorder.ending(handle)  # its exit runs no call of ours: nothing to charge
+                return
+            descriptor = getattr(handle, "_ray_actor_creation_function_descriptor", None)
             recorder.note_remote([getattr(descriptor, "module_name", None)], args, kwargs,
                                  actor=aid if aid in recorder.actors else None)
 
