@@ -391,3 +391,41 @@ def test_engine_uses_the_recorded_reach_for_body_edits_and_the_static_closure_fo
     # A reached file that disappeared: the remote test must run.
     (tmp_path / "pkg/deep/mod.py").unlink()
     assert {remote, opaque} <= {n for n in outcomes if sel.plan().must_run(n)}
+
+
+def test_engine_counts_only_the_functions_a_traced_actor_ran(tmp_path: Path) -> None:
+    tree = dict(BASE)
+    tree["pkg/deep/mod.py"] = "X = 1\n\n\nclass W:\n    def ran(self):\n        return 1\n\n    def idle(self):\n        return 1\n"
+    tree["pkg/worker.py"] = "from pkg.deep.mod import W\n"
+    _tree(tmp_path, tree)
+    sel = RemoteSelector(tmp_path, CFG)
+    traced, plain = "tests/sub/test_x.py::test_traced", "tests/sub/test_x.py::test_plain"
+    outcomes = {traced: "passed", plain: "passed"}
+    reaches: dict[str, list[str] | None] = {
+        traced: ["@pkg/worker.py", "pkg/deep/mod.py::W.ran", "pkg/deep/mod.py::<module>"],
+        plain: [],
+    }
+    sel.finish(sel.plan(), outcomes, {"tests/sub/test_x.py": sorted(outcomes)}, reaches)
+    state = json.loads((tmp_path / store.STATE_NAME).read_text())
+    stored = state["reach_lists"][state["reach"][traced]]
+    assert stored[0] == "@pkg/worker.py" and stored[1] == "pkg/deep/mod.py::<module>#-"
+    assert stored[2].startswith("pkg/deep/mod.py::W.ran#") and len(stored[2]) > len("pkg/deep/mod.py::W.ran#")
+
+    def selected_after(rel: str, old: str, new: str) -> set[str]:
+        path = tmp_path / rel
+        text = path.read_text()
+        assert old in text
+        path.write_text(text.replace(old, new, 1))
+        plan = sel.plan()
+        path.write_text(text)
+        return {n for n in outcomes if plan.must_run(n)}
+
+    # The body of the function the actor ran: the traced test; the other function of the
+    # same file: nobody (testmon decides for code run in the pytest process).
+    assert selected_after("pkg/deep/mod.py", "    def ran(self):\n        return 1", "    def ran(self):\n        return 2") == {traced}
+    assert selected_after("pkg/deep/mod.py", "    def idle(self):\n        return 1", "    def idle(self):\n        return 2") == set()
+    # Import-time code of a file the actor imported: everyone whose closure holds it.
+    assert selected_after("pkg/deep/mod.py", "X = 1", "X = 2") == {traced, plain}
+    # A file a function it ran lived in is gone: the traced test must show what that does.
+    (tmp_path / "pkg/deep/mod.py").unlink()
+    assert traced in {n for n in outcomes if sel.plan().must_run(n)}

@@ -105,8 +105,11 @@ def _report(state: Any) -> dict[str, Any]:
     units: set[str] = set()
     root = state.root
     real = state.realpaths  # code objects carry the path as imported (maybe via a symlink)
+    own = _report.__code__.co_filename  # the drain itself runs in the actor too
     for code in codes:
         path = code.co_filename
+        if path == own:
+            continue
         if path not in real:
             real[path] = os.path.realpath(path) if os.path.isabs(path) else ""
         path = real[path]
@@ -118,10 +121,14 @@ def _report(state: Any) -> dict[str, Any]:
 
 def drain(_actor: object, module: str, expected_file: str) -> dict[str, Any] | None:
     """Called through `actor.__ray_call__`. None when this worker is not traced, or when the
-    actor's class was not loaded from the driver's checkout (a copy of it, another machine's
-    path): what ran there cannot be named in the driver's terms."""
+    actor's class was imported from another file than the driver's (a copy of the checkout,
+    another machine's path): what ran there cannot be named in the driver's terms. (A class
+    pickled by value has no module here; its code keeps the driver's file names.)"""
     state = sys.modules.get(_STATE)
-    path = getattr(sys.modules.get(module), "__file__", None)
-    if state is None or not path or os.path.realpath(path) != expected_file:
+    if state is None:
         return None
+    if module in sys.modules:
+        path = getattr(sys.modules[module], "__file__", None)
+        if not path or os.path.realpath(path) != expected_file:
+            return None
     return _report(state)
