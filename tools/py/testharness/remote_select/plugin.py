@@ -9,8 +9,9 @@ All decisions live in `engine.py`; this module only translates hooks:
   node ids that must run from `TestmonSelect.deselected_tests`. We only ever remove from
   testmon's lists (a union), and `-k`/`-m` still filter afterwards as documented.
 * `pytest_runtest_protocol` / `pytest_fixture_setup` wrappers: tell the reach recorder
-  (reach.py) which test or fixture owns what is sent to Ray workers meanwhile; the
-  teardown report carries the test's reach (`remote_reach`), so it also crosses xdist.
+  (reach.py) which test or fixture owns what is sent to Ray workers meanwhile, and collect
+  what traced actors ran when a fixture's set-up ends; the teardown report carries the
+  test's reach (`remote_reach`, collected first), so it also crosses xdist.
 * `pytest_runtest_logreport`: the outcome and reach of every test that completed.
 * `pytest_sessionfinish` (also after -x, failures and Ctrl-C): write map and state.
 """

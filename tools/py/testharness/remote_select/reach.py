@@ -3,22 +3,27 @@
 pytest-testmon sees the code a test runs in the pytest process. What it cannot see is
 code run elsewhere: Ray actors, Ray tasks, subprocesses. This recorder notes, per test,
 
-  * the project modules of the actor classes it created and called, the remote functions
-    it submitted, and the project objects it sent along (arguments, `ray.put` values:
-    unpickling them runs their classes' code in the worker); and
-  * whether it started a process some other way (subprocess, fork, multiprocessing), in
-    which case nothing precise can be said and the test is "opaque".
+  * for actors it can trace (sync, one thread, Ray started after the recorder): the
+    project functions that ran in them (worker_trace.py runs in every Ray worker of the
+    session; `settle` collects each actor's list), and their modules for import-time code;
+  * otherwise, the project modules of the actor classes it created and called, the remote
+    functions it submitted, and the project objects it sent along (arguments, `ray.put`
+    values: unpickling them runs their classes' code in the worker); and
+  * whether it, or project code in one of its actors, started a process some other way
+    (subprocess, fork, multiprocessing), in which case nothing precise can be said and the
+    test is "opaque".
 
-The selector then uses the import closure of those modules instead of the test file's
-whole static closure. Ray's own service processes (started inside the `ray` package, e.g.
-by `ray.init`) are not the test's code and do not make it opaque.
+The selector then uses those functions, or the import closure of those modules, instead
+of the test file's whole static closure. Ray's own service processes (started inside the
+`ray` package, e.g. by `ray.init`) are not the test's code and do not make it opaque.
 
 Events are charged to every *owner* on a stack: the running test and any fixture being set
 up inside it. A test's reach is its own events plus those of every fixture it requests
 (`item.fixturenames`), so a worker created once by a module-scoped fixture is charged to
 every test that uses it. A Ray event with no owner (an actor created at import time) makes
-the whole session's records opaque; a process started with no owner is ignored. Ray is patched only once it is imported (a post-import
-hook), so a run that never imports Ray never pays for it.
+the whole session's records opaque; a process started with no owner is ignored. Ray is
+patched only once it is imported (a post-import hook), so a run that never imports Ray
+never pays for it.
 """
 
 from __future__ import annotations
@@ -70,7 +75,7 @@ class TracedActor:
     `units` is cumulative since creation: a test that uses an actor may depend on state
     that earlier calls (other tests, the fixture that made it) left in it."""
 
-    __slots__ = ("file", "files", "handle", "lost", "module", "spawned", "units")
+    __slots__ = ("escaped", "file", "files", "handle", "lost", "module", "units")
 
     def __init__(self, handle: Any, module: str, file: str) -> None:
         self.handle = weakref.ref(handle)
@@ -78,7 +83,7 @@ class TracedActor:
         self.file = file  # the worker checks it loaded the same file
         self.files: set[str] = set()  # what module granularity would charge (the fallback)
         self.units: set[str] = set()
-        self.spawned = False  # project code in it started a process: owners go opaque
+        self.escaped = False  # project code in it started a process or sent Ray work: owners go opaque
         self.lost = False  # a report went missing: module granularity from now on
 
 
@@ -218,7 +223,7 @@ class ReachRecorder:
             actor.lost = True
         else:
             actor.units.update(u for u in report["units"] if isinstance(u, str))
-            actor.spawned = actor.spawned or bool(report.get("spawned"))
+            actor.escaped = actor.escaped or bool(report.get("escaped"))
             if report["units"]:  # it ran code in this period, whoever asked it to
                 for bucket in self.stack:
                     bucket.actors.add(aid)
@@ -227,7 +232,7 @@ class ReachRecorder:
                 continue
             if actor.lost:
                 bucket.files |= actor.files
-            elif actor.spawned:
+            elif actor.escaped:
                 bucket.opaque = True
             else:
                 bucket.units |= actor.units

@@ -9,8 +9,11 @@ sent before it ran.
 
 A function is reported as (file, outermost enclosing function or method): a nested function,
 lambda or comprehension counts as part of the function that defines it, which is the unit
-the selector fingerprints. A worker that starts a process from project code reports it
-("spawned"): what runs there is not traced.
+the selector fingerprints. Every thread is watched on Python >= 3.12 (`sys.monitoring`, each
+code object reported once per drain); on 3.11, `sys.setprofile` covers the worker's main
+thread and threads started through `threading` (not threads C code starts).
+A worker whose project code starts a process or sends work to other Ray workers says so
+("escaped"): what runs there is not traced, and the recorder stops being precise for it.
 
 This module is pickled *by value* into the workers (they need not be able to import the
 harness), so it uses the standard library only, and keeps its state in `sys.modules`:
@@ -49,9 +52,30 @@ def install(root: str) -> None:
     state.root = os.path.join(os.path.realpath(root), "")
     state.realpaths = {}
     state.seen = {}  # id(code) -> code; code objects kept alive so an id is never reused
-    state.spawned = False
+    state.escaped = False
+    state.rearm = lambda: None
+    sys.modules[_STATE] = state
+    _watch_escapes(state)
+    _watch_calls(state)
 
+
+def _watch_calls(state: Any) -> None:
+    """Record every code object that starts running, in every thread."""
     seen = state.seen  # bound here: module attributes are cleared at interpreter exit
+    mon = getattr(sys, "monitoring", None)  # Python >= 3.12: all threads, even ones C code starts
+    tool = next((t for t in (2, 3, 4, 5) if mon is not None and mon.get_tool(t) is None), None)
+    if mon is not None and tool is not None:
+        mon.use_tool_id(tool, "testharness-remote-select")
+        disable = mon.DISABLE
+
+        def on_start(code: types.CodeType, offset: int) -> object:
+            seen[id(code)] = code
+            return disable  # once per code object until the next report re-arms it
+
+        mon.register_callback(tool, mon.events.PY_START, on_start)
+        mon.set_events(tool, mon.events.PY_START)
+        state.rearm = mon.restart_events
+        return
 
     def profile(frame: types.FrameType, event: str, arg: object) -> None:
         if event == "call":
@@ -59,31 +83,45 @@ def install(root: str) -> None:
             if id(code) not in seen:
                 seen[id(code)] = code
 
+    # Python 3.11: this thread and threads started later through `threading`.
+    sys.setprofile(profile)
+    threading.setprofile(profile)
+
+
+def _watch_escapes(state: Any) -> None:
+    """Note when project code makes code run where it is not traced: a process it starts,
+    or work it sends to other Ray workers."""
+
+    def note() -> None:
+        state.escaped = state.escaped or _started_by_project(sys._getframe(2), state.root)
+
     def audit(event: str, args: tuple[Any, ...]) -> None:
-        if event in _PROCESS_EVENTS and not state.spawned:
-            state.spawned = _started_by_project(sys._getframe(1), state.root)
+        if event in _PROCESS_EVENTS:
+            note()
+
+    def noting(owner: Any, attr: str) -> None:
+        original = getattr(owner, attr)
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            note()
+            return original(*args, **kwargs)
+
+        setattr(owner, attr, wrapper)
 
     import multiprocessing.process as mp_process  # its `spawn` start method audits nothing
 
-    start = mp_process.BaseProcess.start
-
-    def start_process(process: Any) -> None:
-        state.spawned = state.spawned or _started_by_project(sys._getframe(1), state.root)
-        start(process)
-
-    mp_process.BaseProcess.start = start_process  # type: ignore[method-assign,assignment]
-    sys.modules[_STATE] = state
+    noting(mp_process.BaseProcess, "start")
+    ray = sys.modules.get("ray")
+    if ray is not None:  # a Ray worker: actors, tasks and objects sent from here run elsewhere
+        noting(ray.actor.ActorClass, "_remote")
+        noting(ray.actor.ActorHandle, "_actor_method_call")
+        noting(ray.remote_function.RemoteFunction, "_remote")
+        noting(ray, "put")
     sys.addaudithook(audit)
-    sys.setprofile(profile)
-    setprofile_all = getattr(threading, "setprofile_all_threads", None)  # Python >= 3.12
-    if setprofile_all is not None:
-        setprofile_all(profile)
-    else:
-        threading.setprofile(profile)
 
 
 def _started_by_project(frame: types.FrameType | None, root: str) -> bool:
-    """True when project code started this process, so project code may run untraced there.
+    """True when project code asked for it, so project code may run untraced there.
     Not when a library's import-time code did (`ctypes.util.find_library` running
     `ldconfig` while torch loads): an import frame comes before any project frame then."""
     while frame is not None:
@@ -97,7 +135,8 @@ def _started_by_project(frame: types.FrameType | None, root: str) -> bool:
 
 
 def _report(state: Any) -> dict[str, Any]:
-    """What ran since the last report: {"units": ["path::Qual.name", ...], "spawned": bool}."""
+    """What ran since the last report: {"units": ["path::Qual.name", ...], "escaped": bool}."""
+    state.rearm()  # first: what runs from now on is recorded anew
     seen = state.seen
     # Popped one by one (each pop is atomic): what another thread adds meanwhile stays for
     # the next report instead of being lost.
@@ -116,7 +155,7 @@ def _report(state: Any) -> dict[str, Any]:
         if path.startswith(root) and _THIRD_PARTY not in path:
             rel = path[len(root):].replace(os.sep, "/")
             units.add(rel + "::" + code.co_qualname.split(".<locals>", 1)[0])
-    return {"units": sorted(units), "spawned": state.spawned}
+    return {"units": sorted(units), "escaped": state.escaped}
 
 
 def drain(_actor: object, module: str, expected_file: str) -> dict[str, Any] | None:
