@@ -429,3 +429,14 @@ def test_engine_counts_only_the_functions_a_traced_actor_ran(tmp_path: Path) -> 
     # A file a function it ran lived in is gone: the traced test must show what that does.
     (tmp_path / "pkg/deep/mod.py").unlink()
     assert traced in {n for n in outcomes if sel.plan().must_run(n)}
+
+
+def test_imports_only_type_checkers_read_are_not_in_the_closure() -> None:
+    refs = parse_refs(
+        b"from typing import TYPE_CHECKING\nimport typing\n"
+        b"if TYPE_CHECKING:\n    from pkg.heavy import Model\nelse:\n    import pkg.light\n"
+        b"if typing.TYPE_CHECKING:\n    import pkg.other\n"
+        b"def f():\n    from pkg.lazy import g\n"
+    )
+    assert "f:0:pkg.heavy:Model" not in refs and "i:pkg.other" not in refs
+    assert "i:pkg.light" in refs and "f:0:pkg.lazy:g" in refs  # an import in a function body runs when called

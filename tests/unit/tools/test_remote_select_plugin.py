@@ -378,7 +378,7 @@ def test_corrupted_files_are_rebuilt_with_one_warning(seeded: Project, which: st
     elif which == "map-garbage":
         map_.write_bytes(b"\x00\xff")
     else:
-        map_.write_text(json.dumps({"format": "testharness.remote_select.map", "version": store.VERSION, "files": []}))
+        map_.write_text(json.dumps({"format": "testharness.remote_select.map", "version": store.MAP_VERSION, "files": []}))
     seeded.edit("mylib/worker_impl.py", "return x * 2", "return x + x")
     result, ran = seeded.run()
     assert result.ret == 0, result.stdout.str()

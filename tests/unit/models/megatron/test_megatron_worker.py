@@ -17,7 +17,7 @@ from nemo_rl.data.datasets import load_chat_dataset
 from nemo_rl.data.tokenize import sft_batch
 from nemo_rl.distributed.virtual_cluster import cluster_from_config
 from nemo_rl.models.policy.policy import Policy
-from tests.unit.conftest import (
+from tests.unit.policy_helpers import (
     check_checkpoint_round_trip,
     hf_logprobs,
     logprob_gap,

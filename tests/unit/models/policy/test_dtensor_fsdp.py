@@ -11,7 +11,7 @@ from nemo_rl.data.datasets import load_chat_dataset
 from nemo_rl.data.tokenize import sft_batch
 from nemo_rl.distributed.virtual_cluster import cluster_from_config
 from nemo_rl.models.policy.policy import Policy
-from tests.unit.conftest import policy_config
+from tests.unit.policy_helpers import policy_config
 
 
 @pytest.fixture(scope="module")

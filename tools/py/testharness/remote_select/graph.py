@@ -21,7 +21,8 @@ import fnmatch
 import hashlib
 import os
 import re
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,7 +129,7 @@ def _refs(tree: ast.Module) -> list[str]:
     A file that does not parse has no references (its digest still counts).
     """
     refs: dict[str, None] = {}
-    for node in ast.walk(tree):
+    for node in _runtime_nodes(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 refs[f"i:{alias.name}"] = None
@@ -143,6 +144,25 @@ def _refs(tree: ast.Module) -> list[str]:
                 elif _PYPATH.match(text):
                     refs[f"p:{text}"] = None
     return list(refs)
+
+
+def _runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
+    """`ast.walk`, minus the bodies of `if TYPE_CHECKING:` blocks: imports there never run
+    (type checkers read them), so what they name is not part of the file's closure."""
+    todo = deque([tree])  # breadth first, as ast.walk
+    while todo:
+        node = todo.popleft()
+        yield node
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            todo.extend(node.orelse)
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _ancestor_dirs(rel_dir: str) -> list[str]:

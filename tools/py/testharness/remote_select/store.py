@@ -26,14 +26,15 @@ MAP_NAME = ".nrl_remote_map.json"
 STATE_NAME = ".nrl_remote_state.json"
 MAP_FORMAT = "testharness.remote_select.map"
 STATE_FORMAT = "testharness.remote_select.state"
-VERSION = 3
+VERSION = 3  # of the state file
+MAP_VERSION = 4  # of the map file: 4 stopped counting imports under `if TYPE_CHECKING:`
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
     write_text_atomic(path, json.dumps(data, separators=(",", ":"), sort_keys=True) + "\n")
 
 
-def _load(path: Path, fmt: str) -> tuple[dict[str, Any] | None, str | None]:
+def _load(path: Path, fmt: str, version: int) -> tuple[dict[str, Any] | None, str | None]:
     """(data, None) when valid, (None, None) when absent, (None, warning) otherwise."""
     try:
         text = path.read_text(encoding="utf-8")
@@ -47,8 +48,8 @@ def _load(path: Path, fmt: str) -> tuple[dict[str, Any] | None, str | None]:
         return None, f"{path.name} is corrupted (not JSON); rebuilding it"
     if not isinstance(data, dict) or data.get("format") != fmt:
         return None, f"{path.name} is not a {fmt} file; rebuilding it"
-    if data.get("version") != VERSION:
-        return None, f"{path.name} has format version {data.get('version')!r}, expected {VERSION}; rebuilding it"
+    if data.get("version") != version:
+        return None, f"{path.name} has format version {data.get('version')!r}, expected {version}; rebuilding it"
     return data, None
 
 
@@ -83,7 +84,7 @@ def _reach_id(files: tuple[str, ...]) -> str:
 
 
 def load_state(root: Path) -> tuple[State, str | None]:
-    data, warning = _load(root / STATE_NAME, STATE_FORMAT)
+    data, warning = _load(root / STATE_NAME, STATE_FORMAT, VERSION)
     if data is None:
         return State(), warning
     gens, tests = data.get("generations"), data.get("tests")
@@ -150,7 +151,7 @@ class MapData:
     def to_json(self) -> dict[str, Any]:
         return {
             "format": MAP_FORMAT,
-            "version": VERSION,
+            "version": MAP_VERSION,
             "config": self.config,
             "files": self.files,
             "deps": self.deps,
@@ -160,7 +161,7 @@ class MapData:
 
 
 def load_map(root: Path) -> tuple[MapData | None, str | None]:
-    data, warning = _load(root / MAP_NAME, MAP_FORMAT)
+    data, warning = _load(root / MAP_NAME, MAP_FORMAT, MAP_VERSION)
     if data is None:
         return None, warning
     try:

@@ -1,0 +1,129 @@
+"""Traced actors (remote_select/worker_trace.py): the functions an actor ran, per test.
+
+Ray must start after the recorder for its workers to trace themselves, so the scenarios
+run in a process of their own with a cluster of their own. This module imports nothing
+from the library: the process it starts makes its tests "opaque" (static import closure),
+and that closure stays small.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from testharness.remote_select.reach import ReachRecorder
+
+ROOT = Path(__file__).resolve().parents[3]
+HERE = Path(__file__).resolve().relative_to(ROOT).as_posix()
+
+
+class Calc:
+    def __init__(self) -> None:
+        self.total = 0
+
+    def add(self, x: int) -> int:
+        self.total += x
+        return self.total
+
+    def mul(self, x: int) -> int:
+        return _double(x) // 2 * x
+
+    def spawn(self) -> int:
+        return subprocess.run([sys.executable, "-c", "pass"], check=True).returncode
+
+
+def _double(x: int) -> int:
+    return 2 * x
+
+
+def _traced_scenarios() -> dict[str, list[str] | None]:
+    """Run in a process of its own: Ray must start after the recorder to trace its workers."""
+    import ray
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    rec = ReachRecorder(str(ROOT))
+    rec.install()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    remote_calc = ray.remote(Calc)
+
+    def period(name: str, fixtures: list[str]) -> list[str] | None:
+        rec.settle()  # what the pytest plugin does before reading a test's reach
+        rec.pop()
+        return rec.reach_of(name, fixtures)
+
+    out: dict[str, list[str] | None] = {}
+    rec.push_test("t::first")
+    rec.push_fixture("calc")
+    calc = remote_calc.remote()
+    rec.settle()  # end of the fixture's set-up
+    rec.pop()
+    assert ray.get(calc.add.remote(1)) == 1
+    out["first"] = period("t::first", ["calc"])
+    rec.push_test("t::second")
+    assert ray.get(calc.mul.remote(3)) == 9
+    out["second"] = period("t::second", ["calc"])
+    rec.push_test("t::idle")  # requests the fixture, calls nothing
+    out["idle"] = period("t::idle", ["calc"])
+    rec.push_test("t::terminated")
+    other = remote_calc.remote()
+    assert ray.get(other.mul.remote(1)) == 1
+    other.__ray_terminate__.remote()
+    out["terminated"] = period("t::terminated", [])
+    rec.push_test("t::threaded")
+    threaded = remote_calc.options(max_concurrency=2).remote()
+    assert ray.get(threaded.add.remote(1)) == 1
+    out["threaded"] = period("t::threaded", [])
+    rec.push_test("t::dropped")
+    dropped = remote_calc.remote()
+    assert ray.get(dropped.add.remote(1)) == 1
+    del dropped  # out of scope: Ray ends it before it could report its last calls
+    out["dropped"] = period("t::dropped", [])
+    rec.push_test("t::spawned")
+    spawner = remote_calc.remote()
+    assert ray.get(spawner.spawn.remote()) == 0
+    out["spawned"] = period("t::spawned", [])
+    ray.shutdown()
+    rec.uninstall()
+    return out
+
+
+@pytest.fixture(scope="module")
+def traced() -> dict[str, list[str] | None]:
+    code = (
+        f"import json, sys; sys.path[:0] = [{str(ROOT / 'tools/py')!r}, {str(Path(__file__).parent)!r}, {str(ROOT)!r}]; "
+        "import test_remote_select_trace as t; print('RESULT', json.dumps(t._traced_scenarios()))"
+    )
+    env = {**os.environ, "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(lines[-1][len("RESULT "):])  # type: ignore[no-any-return]
+
+
+def _units(reach: list[str] | None) -> set[str]:
+    assert reach is not None
+    return {e.split("::", 1)[1] for e in reach if e.startswith(HERE + "::")} - {"<module>", "Calc"}
+
+
+def test_a_traced_actor_reports_the_functions_it_ran(traced: dict[str, list[str] | None]) -> None:
+    assert _units(traced["first"]) == {"Calc.__init__", "Calc.add"}
+    assert "@" + HERE in traced["first"]  # type: ignore[operator]  import-time code of the actor's module
+    assert HERE not in traced["first"]  # type: ignore[operator]  not the whole module
+    # Cumulative per actor: state left by earlier calls may matter to later ones.
+    assert _units(traced["second"]) == {"Calc.__init__", "Calc.add", "Calc.mul", "_double"}
+    assert _units(traced["idle"]) == {"Calc.__init__"}  # what the fixture's set-up ran
+    assert _units(traced["terminated"]) == {"Calc.__init__", "Calc.mul", "_double"}  # asked before it ended
+    assert HERE not in traced["terminated"]  # type: ignore[operator]
+
+
+def test_actors_that_cannot_be_traced_fall_back_to_their_modules(traced: dict[str, list[str] | None]) -> None:
+    assert HERE in traced["threaded"]  # type: ignore[operator]  calls may interleave: module granularity
+    assert _units(traced["threaded"]) == set()
+    assert HERE in traced["dropped"]  # type: ignore[operator]  its last report was lost
+    assert traced["spawned"] is None  # project code in the actor started a process: opaque
