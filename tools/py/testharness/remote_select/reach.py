@@ -42,9 +42,8 @@ from collections.abc import Callable, Iterable
 from itertools import islice
 from typing import Any
 
-_WATCHED_EVENTS = frozenset(
-    {"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty"}
-)
+from .worker_trace import PROCESS_EVENTS, THIRD_PARTY
+
 _STDLIB = sysconfig.get_paths()["stdlib"] + os.sep
 _HARNESS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _MAX_DEPTH = 4  # how deep arguments are searched for project objects
@@ -280,7 +279,7 @@ class ReachRecorder:
         if not path:
             return None
         real = os.path.realpath(path)
-        if not real.startswith(self.root + os.sep) or f"{os.sep}site-packages{os.sep}" in real:
+        if not real.startswith(self.root + os.sep) or THIRD_PARTY in real:
             return None
         return os.path.relpath(real, self.root).replace(os.sep, "/")
 
@@ -330,7 +329,7 @@ class ReachRecorder:
         recorder = self
 
         def audit(event: str, args: tuple[Any, ...]) -> None:
-            if event in _WATCHED_EVENTS and recorder._installed:
+            if event in PROCESS_EVENTS and recorder._installed:
                 recorder.note_process()
 
         sys.addaudithook(audit)  # cannot be removed: `uninstall` makes it inert

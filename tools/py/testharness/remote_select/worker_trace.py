@@ -30,8 +30,8 @@ from collections.abc import Callable
 from typing import Any
 
 _STATE = "_testharness_remote_trace"
-_THIRD_PARTY = os.sep + "site-packages" + os.sep  # a virtual environment inside the checkout
-_PROCESS_EVENTS = frozenset(
+THIRD_PARTY = os.sep + "site-packages" + os.sep  # a virtual environment inside the checkout
+PROCESS_EVENTS = frozenset(
     {"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty"}
 )
 
@@ -96,7 +96,7 @@ def _watch_escapes(state: Any) -> None:
         state.escaped = state.escaped or _started_by_project(sys._getframe(2), state.root)
 
     def audit(event: str, args: tuple[Any, ...]) -> None:
-        if event in _PROCESS_EVENTS:
+        if event in PROCESS_EVENTS:
             note()
 
     def noting(owner: Any, attr: str) -> None:
@@ -128,7 +128,7 @@ def _started_by_project(frame: types.FrameType | None, root: str) -> bool:
         name = frame.f_code.co_filename
         if name.startswith("<frozen importlib"):
             return False
-        if name.startswith(root) and _THIRD_PARTY not in name:
+        if name.startswith(root) and THIRD_PARTY not in name:
             return True
         frame = frame.f_back
     return False
@@ -152,7 +152,7 @@ def _report(state: Any) -> dict[str, Any]:
         if path not in real:
             real[path] = os.path.realpath(path) if os.path.isabs(path) else ""
         path = real[path]
-        if path.startswith(root) and _THIRD_PARTY not in path:
+        if path.startswith(root) and THIRD_PARTY not in path:
             rel = path[len(root):].replace(os.sep, "/")
             units.add(rel + "::" + code.co_qualname.split(".<locals>", 1)[0])
     return {"units": sorted(units), "escaped": state.escaped}
