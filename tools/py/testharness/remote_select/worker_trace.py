@@ -11,7 +11,8 @@ A function is reported as (file, outermost enclosing function or method): a nest
 lambda or comprehension counts as part of the function that defines it, which is the unit
 the selector fingerprints. Every thread is watched on Python >= 3.12 (`sys.monitoring`, each
 code object reported once per drain); on 3.11, `sys.setprofile` covers the worker's main
-thread and threads started through `threading` (not threads C code starts).
+thread and threads started through `threading` (not threads C code starts); a drain
+answers None once another profiler has replaced it.
 A worker whose project code starts a process or sends work to other Ray workers says so
 ("escaped"): what runs there is not traced, and the recorder stops being precise for it.
 
@@ -54,6 +55,7 @@ def install(root: str) -> None:
     state.seen = {}  # id(code) -> code; code objects kept alive so an id is never reused
     state.escaped = False
     state.rearm = lambda: None
+    state.intact = lambda: True  # False once another tool took over the hook this uses
     sys.modules[_STATE] = state
     _watch_escapes(state)
     _watch_calls(state)
@@ -86,6 +88,7 @@ def _watch_calls(state: Any) -> None:
     # Python 3.11: this thread and threads started later through `threading`.
     sys.setprofile(profile)
     threading.setprofile(profile)
+    state.intact = lambda: sys.getprofile() is profile  # a profiler started later replaces it
 
 
 def _watch_escapes(state: Any) -> None:
@@ -164,7 +167,7 @@ def drain(_actor: object, module: str, expected_file: str) -> dict[str, Any] | N
     another machine's path): what ran there cannot be named in the driver's terms. (A class
     pickled by value has no module here; its code keeps the driver's file names.)"""
     state = sys.modules.get(_STATE)
-    if state is None:
+    if state is None or not state.intact():
         return None
     if module in sys.modules:
         path = getattr(sys.modules[module], "__file__", None)
