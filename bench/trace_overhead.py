@@ -3,7 +3,7 @@
 Under `pytest --testmon`, every Ray worker notes which functions start running in it
 (tools/py/testharness/remote_select/worker_trace.py): `sys.setprofile` on Python 3.11,
 `sys.monitoring` on 3.12+. This times the same work in one DTensor policy worker on the
-tiny offline model, with and without that tracing, each variant in a fresh process with
+tiny offline model (worker start, training steps, logprob passes), with and without that tracing, each variant in a fresh process with
 a Ray cluster of its own, alternating A/B so both see the same machine load:
 
     uv run --group test python bench/trace_overhead.py [--steps 10] [--repeat 3]
@@ -46,9 +46,12 @@ def measure(variant: str, steps: int) -> dict[str, float]:
     model = str(assets / "tiny_llama")
     batch = sft_batch(AutoTokenizer.from_pretrained(model), load_chat_dataset(assets / "data" / "sft_train.jsonl")[:8], max_length=64)
     init_ray()
+    start = time.perf_counter()
     policy = Policy(policy_config(model, precision="float32"), cluster_from_config(1, "auto"))
     try:
-        policy.train(batch, NLLLoss())  # warm-up: worker start, first allocations
+        policy.info()  # the worker has started: imports, model load
+        started = time.perf_counter() - start
+        policy.train(batch, NLLLoss())  # warm-up: first allocations
         policy.get_logprobs(batch)
         t0 = time.perf_counter()
         for _ in range(steps):
@@ -59,7 +62,7 @@ def measure(variant: str, steps: int) -> dict[str, float]:
         t2 = time.perf_counter()
     finally:
         policy.shutdown()
-    return {"train_s": (t1 - t0) / steps, "logprobs_s": (t2 - t1) / steps}
+    return {"start_s": started, "train_s": (t1 - t0) / steps, "logprobs_s": (t2 - t1) / steps}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.repeat} runs per variant (medians)\n")
     print("| work in one policy worker | plain | traced | overhead |")
     print("|---|---|---|---|")
-    for key, label in (("train_s", "training step (8 sequences)"), ("logprobs_s", "logprob pass (8 sequences)")):
+    for key, label in (("start_s", "worker start (imports, model load)"), ("train_s", "training step (8 sequences)"),
+                       ("logprobs_s", "logprob pass (8 sequences)")):
         plain = statistics.median(r[key] for r in runs["plain"])
         traced = statistics.median(r[key] for r in runs["traced"])
         print(f"| {label} | {plain * 1000:.0f} ms | {traced * 1000:.0f} ms | {traced / plain - 1:+.0%} |")
