@@ -6,7 +6,9 @@ Under `pytest --testmon`, every Ray worker notes which functions start running i
 tiny offline model (worker start, training steps, logprob passes), with and without that tracing, each variant in a fresh process with
 a Ray cluster of its own, alternating A/B so both see the same machine load:
 
-    uv run --group test python bench/trace_overhead.py [--steps 10] [--repeat 3]
+    uv run --group test python bench/trace_overhead.py [--steps 10] [--repeat 3] [--no-docs]
+
+The table also goes to the "trace-overhead" section of docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -20,7 +22,10 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _bench_common import ROOT, machine, md_table, today, update_section  # noqa: E402
+
+SECTION = "trace-overhead"
 
 
 def measure(variant: str, steps: int) -> dict[str, float]:
@@ -47,7 +52,7 @@ def measure(variant: str, steps: int) -> dict[str, float]:
     batch = sft_batch(AutoTokenizer.from_pretrained(model), load_chat_dataset(assets / "data" / "sft_train.jsonl")[:8], max_length=64)
     init_ray()
     start = time.perf_counter()
-    policy = Policy(policy_config(model, precision="float32"), cluster_from_config(1, "auto"))
+    policy = Policy(policy_config(model, precision="float32"), cluster_from_config(1, "auto"))  # type: ignore[arg-type]
     try:
         policy.info()  # the worker has started: imports, model load
         started = time.perf_counter() - start
@@ -69,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--repeat", type=int, default=3, help="runs of each variant (alternating)")
+    ap.add_argument("--no-docs", action="store_true", help="print only; do not touch docs/benchmarks.md")
     ap.add_argument("--variant", choices=("plain", "traced"), help=argparse.SUPPRESS)  # one child run
     args = ap.parse_args(argv)
     if args.variant:
@@ -89,15 +95,26 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             runs[variant].append(json.loads(lines[-1][len("RESULT "):]))
             print(f"run {i + 1}/{args.repeat} {variant}: {runs[variant][-1]}", file=sys.stderr)
-    print(f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, {args.steps} steps per run, "
-          f"{args.repeat} runs per variant (medians)\n")
-    print("| work in one policy worker | plain | traced | overhead |")
-    print("|---|---|---|---|")
+    rows = []
     for key, label in (("start_s", "worker start (imports, model load)"), ("train_s", "training step (8 sequences)"),
                        ("logprobs_s", "logprob pass (8 sequences)")):
         plain = statistics.median(r[key] for r in runs["plain"])
         traced = statistics.median(r[key] for r in runs["traced"])
-        print(f"| {label} | {plain * 1000:.0f} ms | {traced * 1000:.0f} ms | {traced / plain - 1:+.0%} |")
+        rows.append([label, f"{plain * 1000:.0f} ms", f"{traced * 1000:.0f} ms", f"{traced / plain - 1:+.0%}"])
+    table = md_table(["work in one policy worker", "plain", "traced", "overhead"], rows)
+    body = [
+        "## Worker tracing overhead (bench/trace_overhead.py)",
+        "",
+        (f"Measured {today()} on {machine()}, Python {sys.version.split()[0]}, with "
+         f"`uv run --group test python bench/trace_overhead.py --steps {args.steps} --repeat {args.repeat}`: "
+         "one DTensor policy worker on the tiny offline model, each variant in a fresh process with a "
+         f"Ray cluster of its own, alternating plain / traced; medians of {args.repeat} runs."),
+        "",
+        table,
+    ]
+    print(table)
+    if not args.no_docs:
+        update_section(SECTION, "\n".join(body) + "\n")
     return 0
 
 
