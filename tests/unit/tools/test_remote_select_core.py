@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -359,6 +360,17 @@ def test_a_file_that_does_not_parse_counts_whole() -> None:
     assert before != after
 
 
+def selected_after(sel: RemoteSelector, root: Path, nodeids: Iterable[str], rel: str, old: str, new: str) -> set[str]:
+    """The tests a plan must run once `old` becomes `new` in `rel` (the file is restored after)."""
+    path = root / rel
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+    plan = sel.plan()
+    path.write_text(text)
+    return {n for n in nodeids if plan.must_run(n)}
+
+
 def test_engine_uses_the_recorded_reach_for_body_edits_and_the_static_closure_for_import_time(tmp_path: Path) -> None:
     tree = dict(BASE)
     tree["pkg/a/c.py"] = "def f():\n    return 1\n"
@@ -373,21 +385,13 @@ def test_engine_uses_the_recorded_reach_for_body_edits_and_the_static_closure_fo
     state = json.loads((tmp_path / store.STATE_NAME).read_text())
     assert set(state["reach"]) == {local, remote}  # opaque: no reach, static closure
 
-    def selected_after(rel: str, old: str, new: str) -> set[str]:
-        path = tmp_path / rel
-        text = path.read_text()
-        path.write_text(text.replace(old, new))
-        plan = sel.plan()
-        path.write_text(text)
-        return {n for n in outcomes if plan.must_run(n)}
-
     # A body edit in a file the test sent to a worker: remote (and opaque) tests.
-    assert selected_after("pkg/deep/mod.py", "return 1", "return 2") == {remote, opaque}
+    assert selected_after(sel, tmp_path, outcomes, "pkg/deep/mod.py", "return 1", "return 2") == {remote, opaque}
     # A body edit the remote test's reach does not include: only the opaque one (testmon
     # decides for code run in the pytest process).
-    assert selected_after("pkg/a/c.py", "return 1", "return 2") == {opaque}
+    assert selected_after(sel, tmp_path, outcomes, "pkg/a/c.py", "return 1", "return 2") == {opaque}
     # Import-time code in the static closure: everyone.
-    assert selected_after("pkg/deep/mod.py", "X = 1", "X = 2") == set(outcomes)
+    assert selected_after(sel, tmp_path, outcomes, "pkg/deep/mod.py", "X = 1", "X = 2") == set(outcomes)
     # A reached file that disappeared: the remote test must run.
     (tmp_path / "pkg/deep/mod.py").unlink()
     assert {remote, opaque} <= {n for n in outcomes if sel.plan().must_run(n)}
@@ -411,21 +415,12 @@ def test_engine_counts_only_the_functions_a_traced_actor_ran(tmp_path: Path) -> 
     assert stored[0] == "@pkg/worker.py" and stored[1] == "pkg/deep/mod.py::<module>#-"
     assert stored[2].startswith("pkg/deep/mod.py::W.ran#") and len(stored[2]) > len("pkg/deep/mod.py::W.ran#")
 
-    def selected_after(rel: str, old: str, new: str) -> set[str]:
-        path = tmp_path / rel
-        text = path.read_text()
-        assert old in text
-        path.write_text(text.replace(old, new, 1))
-        plan = sel.plan()
-        path.write_text(text)
-        return {n for n in outcomes if plan.must_run(n)}
-
     # The body of the function the actor ran: the traced test; the other function of the
     # same file: nobody (testmon decides for code run in the pytest process).
-    assert selected_after("pkg/deep/mod.py", "    def ran(self):\n        return 1", "    def ran(self):\n        return 2") == {traced}
-    assert selected_after("pkg/deep/mod.py", "    def idle(self):\n        return 1", "    def idle(self):\n        return 2") == set()
+    assert selected_after(sel, tmp_path, outcomes, "pkg/deep/mod.py", "    def ran(self):\n        return 1", "    def ran(self):\n        return 2") == {traced}
+    assert selected_after(sel, tmp_path, outcomes, "pkg/deep/mod.py", "    def idle(self):\n        return 1", "    def idle(self):\n        return 2") == set()
     # Import-time code of a file the actor imported: everyone whose closure holds it.
-    assert selected_after("pkg/deep/mod.py", "X = 1", "X = 2") == {traced, plain}
+    assert selected_after(sel, tmp_path, outcomes, "pkg/deep/mod.py", "X = 1", "X = 2") == {traced, plain}
     # A file a function it ran lived in is gone: the traced test must show what that does.
     (tmp_path / "pkg/deep/mod.py").unlink()
     assert traced in {n for n in outcomes if sel.plan().must_run(n)}

@@ -159,7 +159,7 @@ class RemoteSelector:
                 if hit is None:
                     static = graph.closure_bits(tfile)
                     if reach is None:
-                        hit = (static & import_bits[gid]) | (static & content_bits[gid])
+                        hit = static & (import_bits[gid] | content_bits[gid])
                     else:
                         whole, traced_mods, units = split_reach(reach)
                         remote = _reach_closure(graph, whole, self.root, static)
@@ -209,9 +209,7 @@ class RemoteSelector:
                 bits |= graph.bits_of({tfile})  # its file is gone: the test must show what that does
                 continue
             fbits = graph.bits_of({rel})
-            if not fbits & content:
-                continue
-            if fbits & imports or self.unit_digests(plan, rel).get(qualname, NOT_A_FUNCTION) != digest:
+            if fbits & content and (fbits & imports or self.unit_digests(plan, rel).get(qualname, NOT_A_FUNCTION) != digest):
                 bits |= fbits
         return bits
 
@@ -282,7 +280,6 @@ class RemoteSelector:
                 entry = map_data.tests.setdefault(tfile, {})
                 entry.setdefault("nodeids", [])
             store.save_map(self.root, map_data)
-
 
     def _with_digests(self, plan: Plan, reach: list[str]) -> tuple[str, ...]:
         """Reach entries as stored: a function that ran remotely gets its body digest
