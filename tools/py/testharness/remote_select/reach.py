@@ -89,6 +89,10 @@ class TracedActor:
 class ReachRecorder:
     """Collects reach per owner; `reach_of` combines a test's own and its fixtures'."""
 
+    # True while a recorder asks its actors for reports. Shared by all recorders: those calls
+    # are nobody's reach, also for a recorder a test nests inside the session's own.
+    draining = False
+
     def __init__(self, root: str) -> None:
         self.root = os.path.realpath(root)
         self.stack: list[Bucket] = []
@@ -101,7 +105,6 @@ class ReachRecorder:
         self._originals: list[tuple[Any, str, Any]] = []
         self.actors: dict[str, TracedActor] = {}  # actor id (hex) -> traced actor
         self._tracing = False  # this session's Ray workers run worker_trace's hook
-        self._draining = False
 
     # -- owners ----------------------------------------------------------------------
     def push_test(self, nodeid: str) -> None:
@@ -193,7 +196,7 @@ class ReachRecorder:
         pending = {aid: a for aid, a in self.actors.items() if not a.lost}
         refs: dict[Any, str] = {}
         if ray.is_initialized():
-            self._draining = True
+            ReachRecorder.draining = True
             try:
                 for aid, actor in pending.items():
                     handle = actor.handle()
@@ -201,7 +204,7 @@ class ReachRecorder:
                         with contextlib.suppress(Exception):  # a dead actor: its report is lost
                             refs[handle.__ray_call__.remote(worker_trace.drain, actor.module, actor.file)] = aid
             finally:
-                self._draining = False
+                ReachRecorder.draining = False
         done: list[Any] = []
         if refs:
             done, _ = ray.wait(list(refs), num_returns=len(refs), timeout=_DRAIN_TIMEOUT_S)
@@ -389,7 +392,7 @@ class ReachRecorder:
             recorder.note_remote([module], args, kwargs, actor=actor)
 
         def on_call(handle: Any, method_name: str, args: Any = None, kwargs: Any = None, *_: Any, **__: Any) -> None:
-            if recorder._draining:
+            if ReachRecorder.draining:
                 return
             actor_id = getattr(handle, "_ray_actor_id", None)
             aid = actor_id.hex() if actor_id is not None else None
