@@ -106,6 +106,20 @@ def test_no_test_selected_still_writes(pytester: pytest.Pytester) -> None:
     assert doc["exit_status"] == 5 and doc["metrics"] == {} and doc["tests"] == {}
 
 
+@pytest.mark.parametrize("changed_by", ["another plugin", "an empty shard"])
+def test_recorded_exit_status_is_the_one_pytest_exits_with(pytester: pytest.Pytester, changed_by: str) -> None:
+    # pytest-testmon turns "no tests" into 0 when it deselected them, as sharding does for an
+    # empty shard: the results file must not say 5 for a run that exited 0.
+    pytester.makepyfile(test_mod=TRACKED)
+    if changed_by == "another plugin":
+        pytester.makeconftest("def pytest_sessionfinish(session):\n    session.exitstatus = 0\n")
+        result, doc = _run(pytester, "-k", "no_such_test")
+    else:
+        result, doc = _run(pytester, "-p", "testharness.sharding", "--shard", "20/20")
+    assert result.ret == 0
+    assert doc["exit_status"] == 0 and doc["tests"] == {}
+
+
 def test_reruns_are_recorded_as_attempts(pytester: pytest.Pytester) -> None:
     flag = pytester.path / "flag"
     pytester.makepyfile(

@@ -125,7 +125,7 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
     return True  # handled: no test runs
 
 
-@pytest.hookimpl(trylast=True)
+@pytest.hookimpl(tryfirst=True)  # before the tracker records the exit status
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = session.config.stash.get(_STATE, None)
     # More shards than tests leaves some shards empty: that shard did its job (exit 0).

@@ -282,7 +282,9 @@ class _Recorder:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         try:
-            _write(session, self.st, exitstatus)
+            # What pytest will exit with: earlier hooks may have changed it (pytest-testmon
+            # turns "no tests" into 0 when it deselected them), so not the argument.
+            _write(session, self.st, int(session.exitstatus))
         except Exception as exc:  # never turn a finished session into an internal error
             print(f"testharness: could not write unit results: {exc}", file=sys.stderr)
 

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The README's `pytest --testmon` workflow on the real library, walked as a new user would,
+# in a copy of the checkout (it edits a file there):
+#   seed -> no change runs nothing (and starts no Ray cluster) -> a same-behaviour edit to a
+#   function that runs only inside the policy worker actor runs exactly the tests whose
+#   actors ran it -> again: nothing -> break it: they fail -> again: they fail again ->
+#   restore it: they pass -> again: nothing.
+# Which tests ran, and how, is read from the tracker's tests/unit/unit_results.json.
+#   bash .ci/testmon_walk.sh      (after `uv sync --group test` and the test assets)
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+WORK=$(mktemp -d /tmp/testmon_walk.XXXXXX)
+RAYDIRS=$(mktemp -d /tmp/twray.XXXX)  # short: Ray's socket paths must stay under ~107 characters
+trap 'rm -rf "$WORK" "$RAYDIRS"' EXIT
+
+# The function edited, and the tests that run it inside a policy worker on a CPU machine.
+TARGET=nemo_rl/models/policy/workers/dtensor_policy_worker.py
+FUNCTION="    def generate("
+EXPECTED="tests/unit/algorithms/test_grpo.py::test_one_grpo_step_through_ray
+tests/unit/models/policy/test_dtensor_worker.py::test_generation_is_seeded"
+
+# Tracked and untracked (not ignored) files; the test assets are git-ignored: linked.
+git -C "$ROOT" ls-files -z -co --exclude-standard | (cd "$ROOT" && tar --null -T - -cf -) | tar -xf - -C "$WORK"
+ln -s "$ROOT/tests/unit/test_assets" "$WORK/tests/unit/test_assets"
+cd "$WORK"
+ORIG="$WORK/.walk_original"  # not a .py file: neither selector sees it
+cp "$TARGET" "$ORIG"
+
+fail() { echo "testmon walk: FAIL: $*" >&2; exit 1; }
+
+# walk STEP EXPECTED_RC EXPECTED_OUTCOME [EXPECTED_TESTS]: the README command, then checks.
+walk() {
+  local step=$1 want_rc=$2 want_outcome=$3 want_tests=${4:-} rc=0
+  export RAY_TMPDIR="$RAYDIRS/$step"  # fresh: a Ray session directory there means a cluster started
+  mkdir -p "$RAY_TMPDIR"
+  local t0=$SECONDS
+  uv run --group test pytest --testmon tests/unit >"$WORK/$step.log" 2>&1 || rc=$?
+  local ran
+  ran=$(jq -r '.tests | to_entries[] | "\(.key) \(.value.outcome)"' tests/unit/unit_results.json | sort)
+  printf '%-22s rc=%s  %3s s  %s test(s) ran  | %s\n' "$step" "$rc" $((SECONDS - t0)) \
+    "$(grep -c . <<<"$ran" || true)" "$(grep -m1 '^remote-select:' "$WORK/$step.log" || true)"
+  [[ $rc == "$want_rc" ]] || { tail -30 "$WORK/$step.log"; fail "$step: exit $rc, expected $want_rc"; }
+  if [[ $want_outcome == none ]]; then
+    [[ -z $ran ]] || fail "$step: expected no test to run, ran: $ran"
+    [[ -z $(find "$RAY_TMPDIR" -maxdepth 2 -name 'session_*' -print -quit) ]] || fail "$step: a Ray cluster started"
+  elif [[ $want_outcome == many ]]; then
+    [[ $(grep -c ' passed$' <<<"$ran") -gt 100 ]] || fail "$step: the seed ran too few tests"
+  else
+    local want
+    want=$(sed "s/\$/ $want_outcome/" <<<"$want_tests" | sort)
+    [[ $ran == "$want" ]] || fail "$step: ran"$'\n'"$ran"$'\n'"expected"$'\n'"$want"
+  fi
+}
+
+# Insert LINE as the first statement of FUNCTION's body (after its one-line docstring).
+edit() {
+  local at
+  at=$(grep -n -F -m1 "$FUNCTION" "$TARGET" | cut -d: -f1)
+  [[ -n $at ]] || fail "no '$FUNCTION' in $TARGET"
+  sed -n "$((at + 1))p" "$TARGET" | grep -q '"""' || fail "$TARGET: the docstring moved; update this script"
+  cp "$ORIG" "$TARGET"
+  sed -i "$((at + 1))a\\$1" "$TARGET"
+}
+
+echo "testmon walk in $WORK (edits $TARGET: generate)"
+walk seed 0 many
+walk no-change 0 none  # testmon exits 0 when it deselected everything
+edit "        cfg = dict(cfg)  # a copy: same behaviour"
+walk same-behaviour-edit 0 passed "$EXPECTED"
+walk again 0 none
+edit "        raise RuntimeError('broken on purpose by .ci/testmon_walk.sh')"
+walk broken 1 failed "$EXPECTED"
+walk still-broken 1 failed "$EXPECTED"
+cp "$ORIG" "$TARGET"
+walk fixed 0 passed "$EXPECTED"
+walk after-fix 0 none
+echo "testmon walk: OK"
