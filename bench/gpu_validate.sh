@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # GPU validation on a machine without uv (python3 with torch + transformers), e.g. an H200 box.
 #
-#   bash bench/gpu_validate.sh WHEEL_DIR [STEP ...]     STEP: unit mcore sft_megatron sft grpo throughput (default: all)
+#   bash bench/gpu_validate.sh WHEEL_DIR [STEP ...]     STEP: unit mcore sft_megatron sft grpo throughput testmon (default: all)
 #
 # Installs the wheels the machine lacks (ray, omegaconf, math-verify, megatron-core, ...) into
 # /tmp/site with --no-deps, then runs each step, writing logs and results to $OUT (or /tmp/gpu_out).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 WHEELS="${1:?usage: bash bench/gpu_validate.sh WHEEL_DIR [STEP ...]}"; shift
-STEPS=("${@:-unit mcore sft_megatron sft grpo throughput}")
+STEPS=("${@:-unit mcore sft_megatron sft grpo throughput testmon}")
 read -r -a STEPS <<< "${STEPS[*]}"
 OUT="${OUT:-/tmp/gpu_out}"; mkdir -p "$OUT"
 export PYTHON=python3 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 RAY_TMPDIR=/tmp/ray_gpu
@@ -45,6 +45,8 @@ for step in "${STEPS[@]}"; do
       cp tests/functional/grpo/metrics.json "$OUT/grpo_metrics.json" 2>/dev/null ;;
     throughput)
       timed throughput python3 bench/throughput.py --gpus "$(nvidia-smi -L | wc -l)" ;;
+    testmon)
+      PYTEST_CMD="python3 -m pytest" WALK_LOGS="$OUT/testmon_walk" timed testmon bash .ci/testmon_walk.sh ;;
     *) echo "unknown step $step" >&2; rc=2 ;;
   esac
 done

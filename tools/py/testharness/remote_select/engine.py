@@ -384,7 +384,7 @@ def describe(plan: Plan) -> str:
         return "remote-select: no passing record yet; every test is selected (seeding)"
     if not n:
         extra = len(plan.affected_files)
-        tail = f"; {extra} test file(s) with never-passed tests collected" if extra else ""
+        tail = f"; {extra} test file(s) with tests that never passed" if extra else ""
         return f"remote-select: no remote-affecting change{tail}"
     shown = ", ".join(plan.changed[:5]) + (f" (+{len(plan.changed) - 5} more)" if len(plan.changed) > 5 else "")
     files = len({test_file_of(t) for t in plan.affected_tests})
