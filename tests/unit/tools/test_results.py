@@ -6,7 +6,7 @@ import json
 import os
 import shutil
 import subprocess
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -104,9 +104,12 @@ def test_git_commit_outside_a_checkout_says_so(tmp_path: Path) -> None:
 def test_readme_jq_line_prints_one_row_per_dated_file(tmp_path: Path) -> None:
     jq = shutil.which("jq")
     assert jq, "jq is needed for the README's history line: apt-get install jq"
+    # Two runs a minute apart (file names that sort the same in every locale); values that
+    # jq 1.6 and 1.7 print alike (1.7 would print 1.0 as "1.0", 1.6 as "1").
     for i, commit in enumerate(["a" * 40, "b" * 40]):
-        metrics = {"test_hf_ray_policy::test_lm_policy_generation": {"avg_prob_mult_error": 1.0 + i}}
-        results.write_results(tmp_path, _doc(git_commit=commit, metrics=metrics), START)
+        start = START + timedelta(minutes=i)
+        metrics = {"test_hf_ray_policy::test_lm_policy_generation": {"avg_prob_mult_error": 1.25 + i}}
+        results.write_results(tmp_path, _doc(git_commit=commit, metrics=metrics, start=start), start)
     line = (
         "jq -r '[.start_time, .git_commit, "
         '.metrics["test_hf_ray_policy::test_lm_policy_generation"].avg_prob_mult_error]'
@@ -116,6 +119,6 @@ def test_readme_jq_line_prints_one_row_per_dated_file(tmp_path: Path) -> None:
         ["bash", "-c", line], cwd=tmp_path, capture_output=True, text=True, check=True
     ).stdout
     assert out.splitlines() == [
-        f"2026-03-24 23:34:12\t{'a' * 40}\t1",
-        f"2026-03-24 23:34:12\t{'b' * 40}\t2",
+        f"2026-03-24 23:34:12\t{'a' * 40}\t1.25",
+        f"2026-03-24 23:35:12\t{'b' * 40}\t2.25",
     ]
