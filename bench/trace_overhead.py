@@ -3,8 +3,9 @@
 Under `pytest --testmon`, every Ray worker notes which functions start running in it
 (tools/py/testharness/remote_select/worker_trace.py): `sys.setprofile` on Python 3.11,
 `sys.monitoring` on 3.12+. This times the same work in one DTensor policy worker on the
-tiny offline model (worker start, training steps, logprob passes), with and without that tracing, each variant in a fresh process with
-a Ray cluster of its own, alternating A/B so both see the same machine load:
+tiny offline model (worker start, training steps, logprob passes), with and without that
+tracing, each variant in a fresh process with a Ray cluster of its own, alternating A/B so
+both see the same machine load:
 
     uv run --group test python bench/trace_overhead.py [--steps 10] [--repeat 3] [--no-docs]
 

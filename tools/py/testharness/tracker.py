@@ -193,12 +193,12 @@ def _coverage(config: pytest.Config, st: _State) -> float | str:
     return f"not measured: run with --cov={pkg}"
 
 
-def _write_summary(session: pytest.Session, st: _State, exitstatus: int) -> None:
+def _write_summary(session: pytest.Session, st: _State) -> None:
     path = os.environ.get(SUMMARY_FILE_ENV)
     if not path:
         return
     summary = {
-        "exit_status": int(exitstatus),
+        "exit_status": int(session.exitstatus),
         "collected": session.testscollected,
         "deselected": st.deselected,
         "results": str(st.results_dir / results.RESULTS_NAME) if st.results_dir else None,
@@ -206,7 +206,7 @@ def _write_summary(session: pytest.Session, st: _State, exitstatus: int) -> None
     results.write_json_atomic(Path(path), summary)
 
 
-def _write(session: pytest.Session, st: _State, exitstatus: int) -> None:
+def _write(session: pytest.Session, st: _State) -> None:
     if st.written or not st.started:
         return
     st.written = True
@@ -214,7 +214,7 @@ def _write(session: pytest.Session, st: _State, exitstatus: int) -> None:
         outcome, dur = st.pending[nodeid]
         st.pending[nodeid] = ("error" if outcome == "passed" else outcome, dur)
         _finish_attempt(st, nodeid)
-    _write_summary(session, st, exitstatus)
+    _write_summary(session, st)
     if st.results_dir is None:
         return
     names = set(st.gpu_names)
@@ -223,7 +223,7 @@ def _write(session: pytest.Session, st: _State, exitstatus: int) -> None:
     except Exception:
         pass
     data = results.build_results(
-        exit_status=int(exitstatus),
+        exit_status=int(session.exitstatus),
         git_commit=results.git_commit(st.settings.root),
         start=st.start,
         metrics=st.metrics,
@@ -282,9 +282,9 @@ class _Recorder:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         try:
-            # What pytest will exit with: earlier hooks may have changed it (pytest-testmon
-            # turns "no tests" into 0 when it deselected them), so not the argument.
-            _write(session, self.st, int(session.exitstatus))
+            # session.exitstatus, not the argument: it is what pytest will exit with, after
+            # earlier hooks changed it (pytest-testmon turns "no tests" into 0 when it deselected them).
+            _write(session, self.st)
         except Exception as exc:  # never turn a finished session into an internal error
             print(f"testharness: could not write unit results: {exc}", file=sys.stderr)
 
