@@ -1,8 +1,11 @@
 """Dump TensorBoard scalars to JSON (entry point into tools/py: testharness.tb_dump).
 
-    uv run tests/json_dump_tb_logs.py LOG_DIR --output_path OUT.json [--error-on-conflicts]
+    uv run tests/json_dump_tb_logs.py LOG_DIR --output_path OUT.json \
+        [--error-on-conflicts] [--allow-truncated]
 
 Writes {"metric/name": {"<step>": value, ...}, ...} from every event file under LOG_DIR.
+Exit 0 written; 1 no event files or a refused conflict; 2 a damaged event file (empty,
+not an event file, truncated, bad CRC), unless --allow-truncated reads it up to the damage.
 """
 
 import sys

@@ -196,3 +196,225 @@ def test_cli_output_feeds_check_metrics(tmp_path: Path) -> None:
         timeout=120,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# --- damaged event files: empty, not an event file, truncated, trailing junk, bad CRC ---
+#
+# TensorBoard's own loaders stop silently at the first damaged record, so before this
+# check a 0-byte or garbage file dumped as {} and a file cut in half lost its tail
+# without a word. Every case below is a real SummaryWriter file, then damaged.
+
+N_VALUES = 50
+
+
+def write_run(log_dir: Path) -> Path:
+    """A real 50-value run: one file_version record + one record per value."""
+    return write_scalars(
+        log_dir, {"train/loss": {i: 1.0 / (i + 1) for i in range(N_VALUES)}}
+    )
+
+
+def record_ends(path: Path) -> list[int]:
+    """Byte offset where each record ends, from TensorBoard's own record reader (oracle)."""
+    from tensorboard.backend.event_processing import event_file_loader
+
+    ends, offset = [], 0
+    for record in event_file_loader.RawEventFileLoader(str(path)).Load():
+        offset += 8 + 4 + len(record) + 4  # length, length CRC, data, data CRC
+        ends.append(offset)
+    return ends
+
+
+def truncate_at_half(path: Path) -> tuple[int, int]:
+    """Cut the file at half its size; (whole records left, bytes after them)."""
+    ends = record_ends(path)
+    assert len(ends) == N_VALUES + 1 and ends[-1] == path.stat().st_size
+    half = path.stat().st_size // 2
+    path.write_bytes(path.read_bytes()[:half])
+    whole = [e for e in ends if e <= half]
+    assert half not in ends  # mid-record, so the cut is a real truncation
+    return len(whole), half - whole[-1]
+
+
+def test_clean_file_checks_ok(tmp_path: Path) -> None:
+    path = write_run(tmp_path / "run")
+    check = tb_dump.check_event_file(path)
+    assert check.problem is None and check.ok
+    assert check.records == N_VALUES + 1
+    assert check.good_bytes == check.size == path.stat().st_size
+    assert check.unread_bytes == 0
+    result = tb_dump.dump_tb_logs(tmp_path)
+    assert result.damaged == [] and len(result.metrics["train/loss"]) == N_VALUES
+
+
+def test_empty_file_is_an_error(tmp_path: Path) -> None:
+    write_run(tmp_path / "good")
+    empty = tmp_path / "crashed" / "events.out.tfevents.1.host"
+    empty.parent.mkdir()
+    empty.touch()
+    check = tb_dump.check_event_file(empty)
+    assert (check.problem, check.records, check.size) == (tb_dump.EMPTY, 0, 0)
+    with pytest.raises(tb_dump.DamagedEventFilesError) as info:
+        tb_dump.dump_tb_logs(tmp_path)
+    assert "crashed/events.out.tfevents.1.host: empty (0 bytes)" in str(info.value)
+    assert info.value.allow_truncated_would_help
+    # The flag keeps the good file's values and reports the empty one.
+    result = tb_dump.dump_tb_logs(tmp_path, allow_truncated=True)
+    assert len(result.metrics["train/loss"]) == N_VALUES
+    assert [c.path for c in result.damaged] == [empty]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        pytest.param(bytes(range(256)) * 4, id="garbage"),
+        pytest.param(b'{"train/loss": {"1": 0.5}}\n' * 3, id="json-named-tfevents"),
+    ],
+)
+def test_garbage_is_not_an_event_file_even_with_the_flag(
+    tmp_path: Path, content: bytes
+) -> None:
+    bad = tmp_path / "events.out.tfevents.2.host"
+    bad.write_bytes(content)
+    check = tb_dump.check_event_file(bad)
+    assert check.problem == tb_dump.NOT_EVENTS and check.records == 0
+    assert check.unread_bytes == len(content)
+    for allow in (False, True):
+        with pytest.raises(tb_dump.DamagedEventFilesError) as info:
+            tb_dump.dump_tb_logs(tmp_path, allow_truncated=allow)
+        assert "events.out.tfevents.2.host: not a TensorBoard event file" in str(
+            info.value
+        )
+        assert not info.value.allow_truncated_would_help
+
+
+def test_first_record_must_be_a_file_version_event(tmp_path: Path) -> None:
+    # Valid tf_record framing (TensorBoard's own RecordWriter), but not an event file.
+    from tensorboard.compat.proto import event_pb2
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    path = tmp_path / "events.out.tfevents.3.host"
+    with path.open("wb") as f:
+        writer = RecordWriter(f)
+        writer.write(event_pb2.Event(step=1, wall_time=1.0).SerializeToString())
+        writer.write(b"\xff\xfe not a protobuf")
+    check = tb_dump.check_event_file(path)
+    assert check.problem == tb_dump.NOT_EVENTS
+    assert "file_version" in check.detail
+
+
+def test_truncated_at_half_is_an_error_naming_the_file(tmp_path: Path) -> None:
+    path = write_run(tmp_path / "run")
+    records, left_over = truncate_at_half(path)
+    check = tb_dump.check_event_file(path)
+    assert (check.problem, check.records) == (tb_dump.TRUNCATED, records)
+    assert check.unread_bytes == left_over > 0
+    assert "ends mid-record" in check.detail
+    with pytest.raises(tb_dump.DamagedEventFilesError) as info:
+        tb_dump.dump_tb_logs(tmp_path)
+    message = str(info.value)
+    assert f"{path.relative_to(tmp_path)}: truncated after {records} records" in message
+    assert f"{left_over} of {path.stat().st_size} bytes unread" in message
+
+
+def test_allow_truncated_keeps_the_head_and_reports_the_lost_tail(
+    tmp_path: Path,
+) -> None:
+    path = write_run(tmp_path / "run")
+    records, left_over = truncate_at_half(path)
+    result = tb_dump.dump_tb_logs(tmp_path, allow_truncated=True)
+    # Every whole record after the file_version one is a value; none is invented.
+    series = result.metrics["train/loss"]
+    assert list(series) == [str(i) for i in range(records - 1)]
+    assert 0 < len(series) < N_VALUES
+    (damaged,) = result.damaged
+    assert (damaged.path, damaged.records, damaged.unread_bytes) == (
+        path,
+        records,
+        left_over,
+    )
+
+
+def test_trailing_junk_is_truncation(tmp_path: Path) -> None:
+    path = write_run(tmp_path / "run")
+    size = path.stat().st_size
+    for junk in (b"\x00" * 4096, b"partial", b"x" * 40):
+        path.write_bytes(path.read_bytes()[:size] + junk)
+        check = tb_dump.check_event_file(path)
+        assert (check.problem, check.records) == (tb_dump.TRUNCATED, N_VALUES + 1), junk
+        assert (check.good_bytes, check.unread_bytes) == (size, len(junk))
+        with pytest.raises(
+            tb_dump.DamagedEventFilesError, match="truncated after 51 records"
+        ):
+            tb_dump.dump_tb_logs(tmp_path)
+        kept = tb_dump.dump_tb_logs(tmp_path, allow_truncated=True).metrics
+        assert len(kept["train/loss"]) == N_VALUES
+
+
+def test_bad_crc_in_a_middle_record(tmp_path: Path) -> None:
+    path = write_run(tmp_path / "run")
+    ends = record_ends(path)
+    data = bytearray(path.read_bytes())
+    data[ends[21] - 5] ^= 0xFF  # the last data byte of record 22 (1-based)
+    path.write_bytes(bytes(data))
+    check = tb_dump.check_event_file(path)
+    assert (check.problem, check.records, check.good_bytes) == (
+        tb_dump.BAD_CRC,
+        21,
+        ends[20],
+    )
+    assert f"record 22 (at byte {ends[20]})" in check.detail
+    with pytest.raises(tb_dump.DamagedEventFilesError, match="bad CRC"):
+        tb_dump.dump_tb_logs(tmp_path)
+    kept = tb_dump.dump_tb_logs(tmp_path, allow_truncated=True).metrics["train/loss"]
+    assert list(kept) == [str(i) for i in range(20)]
+
+
+def test_cli_damaged_file_exits_2_and_keeps_the_previous_output(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    path = write_run(logs / "run")
+    records, left_over = truncate_at_half(path)
+    out = tmp_path / "metrics.json"
+    out.write_text('{"previous": {"1": 1.0}}\n')
+    proc = run_cli(str(logs), "--output_path", str(out))
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("error: 1 damaged event file(s) under")
+    assert f"run/{path.name}: truncated after {records} records" in proc.stderr
+    assert "still writing" in proc.stderr and "--allow-truncated" in proc.stderr
+    assert out.read_text() == '{"previous": {"1": 1.0}}\n'  # untouched
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["logs", "metrics.json"]
+
+    proc = run_cli(str(logs), "--output_path", str(out), "--allow-truncated")
+    assert proc.returncode == 0, proc.stderr
+    assert f"warning: run/{path.name}: truncated after {records} records" in proc.stderr
+    assert (
+        f"kept the {records} records read, lost the tail "
+        f"({left_over} of {path.stat().st_size} bytes unread)"
+    ) in proc.stderr
+    assert len(json.loads(out.read_text())["train/loss"]) == records - 1
+
+
+def test_cli_garbage_and_empty_files_exit_2_without_output(tmp_path: Path) -> None:
+    (tmp_path / "events.out.tfevents.0.empty").touch()
+    (tmp_path / "events.out.tfevents.0.junk").write_bytes(b"\x13\x37" * 100)
+    out = tmp_path / "out.json"
+    proc = run_cli(str(tmp_path), "--output_path", str(out))
+    assert proc.returncode == 2, proc.stderr
+    assert "error: 2 damaged event file(s)" in proc.stderr
+    assert "events.out.tfevents.0.empty: empty (0 bytes)" in proc.stderr
+    assert "events.out.tfevents.0.junk: not a TensorBoard event file" in proc.stderr
+    assert not out.exists()
+    # The flag accepts the empty file, never the one that is not an event file.
+    proc = run_cli(str(tmp_path), "--output_path", str(out), "--allow-truncated")
+    assert proc.returncode == 2, proc.stderr
+    assert "error: 1 damaged event file(s)" in proc.stderr
+    assert "events.out.tfevents.0.junk: not a TensorBoard event file" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not out.exists()
+
+
+def test_cli_help_documents_the_flag() -> None:
+    proc = run_cli("--help")
+    assert proc.returncode == 0
+    assert "--allow-truncated" in proc.stdout and "mid-record" in proc.stdout

@@ -10,17 +10,28 @@ listed as a warning, or are an error with `error_on_conflicts`.
 when the writer opens it). It belongs to the file's content, so it survives copies,
 `tar`, `rsync` without `-t` and artifact downloads, which all reset mtimes; the file's
 mtime is only the fallback for an empty or unreadable file, and the path breaks ties.
+
+Every file is checked whole before it is read (`check_event_file`): TensorBoard's
+reader stops without a word at the first record it cannot read, so a 0-byte or garbage
+file would dump as nothing and a file cut short would lose its tail silently. A file
+that is empty, not an event file, truncated (ends mid-record, or has bytes after its
+last record that are not a record) or holds a record failing its CRC is an error
+naming the file; `allow_truncated` keeps the records before the damage instead (a
+file that a live run is still writing can end mid-record). A file that is not an
+event file at all is an error either way.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
+import struct
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 # One atomic JSON writer for the harness (temp file + os.replace). NaN/inf stay as the
 # JSON extensions NaN/Infinity, which Python's json reads, so a diverged run is visible
@@ -28,10 +39,18 @@ from typing import Any
 from testharness.check_metrics import write_json_atomic
 
 __all__ = [
+    "BAD_CRC",
+    "EMPTY",
+    "NOT_EVENTS",
+    "TRUNCATED",
     "Conflict",
     "ConflictError",
+    "DamagedEventFilesError",
     "DumpResult",
+    "EventFileCheck",
     "NoEventFilesError",
+    "Problem",
+    "check_event_file",
     "dump_tb_logs",
     "find_event_files",
     "main",
@@ -41,6 +60,22 @@ __all__ = [
 
 EVENTS_MARKER = "tfevents"
 
+# What check_event_file can find wrong with a file (EventFileCheck.problem).
+Problem = Literal["empty", "not an event file", "truncated", "bad CRC"]
+EMPTY: Problem = "empty"
+NOT_EVENTS: Problem = "not an event file"
+TRUNCATED: Problem = "truncated"
+BAD_CRC: Problem = "bad CRC"
+# The problems that leave a good head of records: allow_truncated keeps that head.
+TAIL_LOST = frozenset({EMPTY, TRUNCATED, BAD_CRC})
+
+# tf_record framing, the format of an event file: every record is
+#   uint64 length | uint32 masked CRC32C of those 8 bytes | data | uint32 masked CRC32C of data
+# (little-endian). The data of the first record is an Event holding `file_version`.
+_LENGTH = struct.Struct("<Q")
+_CRC = struct.Struct("<I")
+_HEADER_SIZE = _LENGTH.size + _CRC.size
+
 
 class NoEventFilesError(Exception):
     """The log directory holds no TensorBoard event file."""
@@ -48,6 +83,76 @@ class NoEventFilesError(Exception):
 
 class ConflictError(Exception):
     """Two event files hold different records of one metric at one step."""
+
+
+@dataclass(frozen=True)
+class EventFileCheck:
+    """What a walk over one event file's records found.
+
+    `records` whole records with good CRCs start the file and end at byte `good_bytes`;
+    `problem` is None for a whole event file, else what stopped the walk there.
+    """
+
+    path: Path
+    size: int
+    records: int
+    good_bytes: int
+    problem: Problem | None = None
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+    @property
+    def unread_bytes(self) -> int:
+        return max(self.size - self.good_bytes, 0)
+
+    @property
+    def tail_lost(self) -> bool:
+        """Damage after a good head (or an empty file): allow_truncated keeps the head."""
+        return self.problem in TAIL_LOST
+
+    def _what(self) -> str:
+        if self.problem == EMPTY:
+            return "empty (0 bytes)"
+        if self.problem == NOT_EVENTS:
+            return f"not a TensorBoard event file: {self.detail}"
+        return f"{self.problem} after {self.records} records: {self.detail}"
+
+    def describe(self, name: str | None = None) -> str:
+        """One line for an error: the file, what is wrong, how much was not read."""
+        line = f"{name or self.path}: {self._what()}"
+        if self.problem in (TRUNCATED, BAD_CRC):
+            line += f" ({self.unread_bytes} of {self.size} bytes unread)"
+        return line
+
+    def describe_kept(self, name: str | None = None) -> str:
+        """One line for a warning: the damage, and what was kept in spite of it."""
+        if self.problem == EMPTY:
+            return f"{name or self.path}: {self._what()}: no records to keep"
+        return (
+            f"{name or self.path}: {self._what()}; kept the {self.records} records read, "
+            f"lost the tail ({self.unread_bytes} of {self.size} bytes unread)"
+        )
+
+
+class DamagedEventFilesError(Exception):
+    """Event files that are empty, not event files, truncated or fail a CRC."""
+
+    def __init__(
+        self, checks: list[EventFileCheck], base: Path, allow_truncated: bool = False
+    ) -> None:
+        self.checks = checks
+        self.allow_truncated = allow_truncated
+        lines = [f"{len(checks)} damaged event file(s) under {base}:"]
+        lines += [f"  {c.describe(_display_name(c.path, base))}" for c in checks]
+        super().__init__("\n".join(lines))
+
+    @property
+    def allow_truncated_would_help(self) -> bool:
+        """Every refused file has a good head that allow_truncated would keep."""
+        return not self.allow_truncated and all(c.tail_lost for c in self.checks)
 
 
 @dataclass(frozen=True)
@@ -75,11 +180,93 @@ class DumpResult:
     metrics: dict[str, dict[str, float]]
     files: list[Path]
     conflicts: list[Conflict] = field(default_factory=list)
+    # Damaged files read anyway (allow_truncated): only the head before the damage.
+    damaged: list[EventFileCheck] = field(default_factory=list)
 
 
 def is_event_file(path: Path) -> bool:
     """TensorBoard's naming: `events.out.tfevents.<time>.<host>...` (any prefix/suffix)."""
     return path.is_file() and EVENTS_MARKER in path.name
+
+
+def _display_name(path: Path, base: Path | None) -> str:
+    if base is not None and path.is_relative_to(base):
+        return str(path.relative_to(base))
+    return str(path)
+
+
+def _not_a_file_version_event(data: bytes) -> str | None:
+    """Why a first record is not what every TensorBoard writer starts a file with."""
+    from tensorboard.compat.proto import event_pb2
+
+    try:
+        event = event_pb2.Event.FromString(data)
+    except Exception:  # noqa: BLE001 - protobuf's DecodeError: these bytes are no Event
+        return "its first record is not an Event protobuf"
+    if not event.HasField("file_version"):
+        return "its first record is not an Event with file_version (writers start every file with one)"
+    return None
+
+
+def check_event_file(path: str | Path) -> EventFileCheck:
+    """Walk the records of one event file: is it whole, and if not, where does it stop?
+
+    The framing is walked here, not by TensorBoard's reader, because the reader cannot
+    say: its loaders (EventFileLoader, the EventAccumulator) take a record that fails to
+    read for "not written yet" and stop silently, and its record reader tells truncation
+    from a bad CRC only in an exception's text, never where in the file it stopped. The
+    checksum is TensorBoard's own masked CRC32C; decoding stays with its reader.
+    """
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+
+    path = Path(path)
+    records = good = 0
+    problem: Problem | None = None
+    detail = ""
+    with path.open("rb") as f:
+        while True:
+            header = f.read(_HEADER_SIZE)
+            if not header:
+                break  # the last record ended exactly at the end of the file
+            size = os.fstat(f.fileno()).st_size
+            if len(header) < _HEADER_SIZE:
+                problem, detail = TRUNCATED, "the file ends mid-record"
+                break
+            (length,) = _LENGTH.unpack_from(header)
+            (length_crc,) = _CRC.unpack_from(header, _LENGTH.size)
+            if masked_crc32c(header[: _LENGTH.size]) != length_crc:
+                # A length whose CRC fails cannot be trusted: nothing after it can be framed.
+                if records == 0:
+                    problem = NOT_EVENTS
+                    detail = "it does not start with a record (the length's CRC fails)"
+                else:
+                    problem = TRUNCATED
+                    detail = f"the bytes after the last record (from byte {good}) are not a record"
+                break
+            if length + _CRC.size > size - good - _HEADER_SIZE:
+                problem, detail = TRUNCATED, "the file ends mid-record"
+                break
+            data = f.read(length)
+            data_crc = f.read(_CRC.size)
+            if len(data) < length or len(data_crc) < _CRC.size:  # shrank while read
+                problem, detail = TRUNCATED, "the file ends mid-record"
+                break
+            if masked_crc32c(data) != _CRC.unpack(data_crc)[0]:
+                problem = BAD_CRC
+                detail = f"record {records + 1} (at byte {good}) fails its data CRC"
+                break
+            if records == 0:
+                why = _not_a_file_version_event(data)
+                if why is not None:
+                    problem, detail = NOT_EVENTS, why
+                    break
+            records += 1
+            good = f.tell()
+        # Measured last: a file that a live run is still writing may have grown since.
+        size = os.fstat(f.fileno()).st_size
+    if size == 0:
+        problem, detail = EMPTY, ""
+    return EventFileCheck(path, size, records, good, problem, detail)
 
 
 def _first_wall_time(path: Path) -> float | None:
@@ -162,11 +349,7 @@ def merge(files: Iterable[Path], base: Path | None = None) -> DumpResult:
     merged: dict[str, dict[int, tuple[float, str]]] = {}
     conflicts: list[Conflict] = []
     for path in files:
-        name = (
-            str(path.relative_to(base))
-            if base is not None and path.is_relative_to(base)
-            else str(path)
-        )
+        name = _display_name(path, base)
         for tag, series in read_event_file(path).items():
             dest = merged.setdefault(tag, {})
             for step, value in series.items():
@@ -183,8 +366,15 @@ def merge(files: Iterable[Path], base: Path | None = None) -> DumpResult:
     return DumpResult(metrics=metrics, files=files, conflicts=conflicts)
 
 
-def dump_tb_logs(log_dir: str | Path, error_on_conflicts: bool = False) -> DumpResult:
-    """Read and merge every event file under log_dir. Raises NoEventFilesError/ConflictError."""
+def dump_tb_logs(
+    log_dir: str | Path, error_on_conflicts: bool = False, allow_truncated: bool = False
+) -> DumpResult:
+    """Check, read and merge every event file under log_dir.
+
+    Raises NoEventFilesError, ConflictError, or DamagedEventFilesError for a damaged
+    file; with allow_truncated a file whose tail is lost is read up to the damage and
+    listed in `DumpResult.damaged` (a file that is not an event file still raises).
+    """
     root = Path(log_dir)
     if not root.exists():
         raise NoEventFilesError(f"log directory not found: {root}")
@@ -195,7 +385,12 @@ def dump_tb_logs(log_dir: str | Path, error_on_conflicts: bool = False) -> DumpR
         raise NoEventFilesError(
             f"no TensorBoard event files (*{EVENTS_MARKER}*) under {root}"
         )
+    damaged = [c for c in map(check_event_file, files) if not c.ok]
+    refused = [c for c in damaged if not (allow_truncated and c.tail_lost)]
+    if refused:
+        raise DamagedEventFilesError(refused, root, allow_truncated)
     result = merge(files, base=root)
+    result.damaged = damaged
     if error_on_conflicts and result.conflicts:
         raise ConflictError(_conflict_text(result.conflicts, fatal=True))
     return result
@@ -216,13 +411,40 @@ def _conflict_text(
 
 def _iter_summary(result: DumpResult) -> Iterator[str]:
     n_values = sum(len(s) for s in result.metrics.values())
-    yield f"read {len(result.files)} event file(s): {len(result.metrics)} metric(s), {n_values} value(s)"
+    damaged = (
+        f" ({len(result.damaged)} damaged, read up to the damage)"
+        if result.damaged
+        else ""
+    )
+    yield (
+        f"read {len(result.files)} event file(s){damaged}: "
+        f"{len(result.metrics)} metric(s), {n_values} value(s)"
+    )
+
+
+def _damage_hints(exc: DamagedEventFilesError) -> Iterator[str]:
+    if any(c.tail_lost for c in exc.checks) and not exc.allow_truncated:
+        yield (
+            "a run that is still writing its event file can leave it ending mid-record: "
+            "dump after the run has ended, or pass --allow-truncated to keep the records "
+            "before the damage (one warning per file)"
+        )
+    if any(c.problem == NOT_EVENTS for c in exc.checks):
+        yield (
+            f"every file named *{EVENTS_MARKER}* under LOG_DIR is read: "
+            "move the files that are not TensorBoard event files out of it"
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="json_dump_tb_logs.py",
         description="Dump every TensorBoard scalar under LOG_DIR to {metric: {step: value}} JSON.",
+        epilog=(
+            "Exit status: 0 when the JSON is written; 1 when there are no event files, a "
+            "conflict is refused, or the JSON cannot be written; 2 when an event file is "
+            "damaged (nothing is written, a previous OUT.json is left as it was)."
+        ),
     )
     parser.add_argument(
         "log_dir",
@@ -241,14 +463,35 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="fail when two event files log the same metric at the same step",
     )
+    parser.add_argument(
+        "--allow-truncated",
+        action="store_true",
+        help=(
+            "read event files whose tail is lost up to the damage: a file that ends "
+            "mid-record (as one that a live run is still writing can), has bytes after "
+            "its last record that are not a record, holds a record failing its CRC, or "
+            "is empty. Each gets a warning with the records kept and the bytes left "
+            "unread, and the JSON is written. Without this flag such a file is an error "
+            "(exit 2). A file that is not an event file is an error either way."
+        ),
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI: 0 on success, 1 when there is nothing to dump or a conflict is an error."""
+    """CLI: 0 written; 1 nothing to dump, a refused conflict, or a failed write; 2 a damaged file."""
     args = build_parser().parse_args(argv)
     try:
-        result = dump_tb_logs(args.log_dir, error_on_conflicts=args.error_on_conflicts)
+        result = dump_tb_logs(
+            args.log_dir,
+            error_on_conflicts=args.error_on_conflicts,
+            allow_truncated=args.allow_truncated,
+        )
+    except DamagedEventFilesError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        for hint in _damage_hints(exc):
+            print(f"hint: {hint}", file=sys.stderr)
+        return 2
     except NoEventFilesError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -261,6 +504,12 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+    root = Path(args.log_dir)
+    for check in result.damaged:
+        print(
+            f"warning: {check.describe_kept(_display_name(check.path, root))}",
+            file=sys.stderr,
+        )
     if result.conflicts:
         print(f"warning: {_conflict_text(result.conflicts)}", file=sys.stderr)
     try:
