@@ -435,3 +435,172 @@ def test_imports_only_type_checkers_read_are_not_in_the_closure() -> None:
     )
     assert "f:0:pkg.heavy:Model" not in refs and "i:pkg.other" not in refs
     assert "i:pkg.light" in refs and "f:0:pkg.lazy:g" in refs  # an import in a function body runs when called
+
+
+# -- damaged state files and concurrent sessions ----------------------------------------------
+def _seeded_selector(root: Path) -> tuple[RemoteSelector, dict[str, str], dict[str, list[str]], dict[str, list[str] | None]]:
+    """A tree whose map and state files exist, with reaches of every kind recorded."""
+    tree = dict(BASE)
+    tree["pkg/deep/mod.py"] = "X = 1\n\n\nclass W:\n    def ran(self):\n        return 1\n"
+    _tree(root, tree)
+    sel = RemoteSelector(root, CFG)
+    a, b, c = "tests/sub/test_x.py::test_a", "tests/sub/test_x.py::test_b", "tests/sub/test_str.py::test_s"
+    outcomes = {a: "passed", b: "passed", c: "passed"}
+    collected = {"tests/sub/test_x.py": [a, b], "tests/sub/test_str.py": [c]}
+    reaches: dict[str, list[str] | None] = {a: ["pkg/actors.py"], b: ["@pkg/util.py", "pkg/deep/mod.py::W.ran"], c: None}
+    sel.finish(sel.plan(), outcomes, collected, reaches)
+    return sel, outcomes, collected, reaches
+
+
+def _locations(value: object, path: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+    """Every place inside a JSON document (of a big mapping, keyed by data, the first two
+    keys; of a list, the first item: the others have the same shape)."""
+    out = [path] if path else []
+    if isinstance(value, dict):
+        for key in sorted(value) if len(value) <= 8 else sorted(value)[:2]:
+            out += _locations(value[key], (*path, key))
+    elif isinstance(value, list) and value:
+        out += _locations(value[0], (*path, 0))
+    return out
+
+
+def _replaced(doc: object, path: tuple[object, ...], new: object) -> object:
+    doc = json.loads(json.dumps(doc))
+    target = doc
+    for key in path[:-1]:
+        target = target[key]  # type: ignore[index]
+    target[path[-1]] = new  # type: ignore[index]
+    return doc
+
+
+WRONG = [None, 7, "x", [], {}, [7], {"k": 7}, [[7, 7, 7, 7]]]
+
+
+@pytest.mark.parametrize("name", [store.STATE_NAME, store.MAP_NAME])
+def test_wrong_types_deep_inside_never_raise(tmp_path: Path, name: str) -> None:
+    sel, outcomes, collected, reaches = _seeded_selector(tmp_path)
+    path = tmp_path / name
+    good = json.loads(path.read_text())
+    (tmp_path / "pkg/actors.py").write_text("class Worker:\n    y = 2\n")  # so plans look inside
+    tried = 0
+    for where in _locations(good):
+        for new in WRONG:
+            path.write_text(json.dumps(_replaced(good, where, new)))
+            try:
+                plan = sel.plan()
+                assert len(plan.messages) <= 1, plan.messages
+                sel.finish(plan, outcomes, collected, reaches)
+                sel.plan()
+            except Exception as exc:  # the report names the place
+                raise AssertionError(f"{name} with {new!r} at {'/'.join(map(str, where))}: {exc!r}") from exc
+            tried += 1
+    assert tried > 100
+
+
+@pytest.mark.parametrize("what", ["directory", "binary", "empty"])
+def test_state_file_that_is_not_json_text_is_replaced_with_one_warning(tmp_path: Path, what: str) -> None:
+    sel, outcomes, collected, reaches = _seeded_selector(tmp_path)
+    for name in (store.STATE_NAME, store.MAP_NAME):
+        path = tmp_path / name
+        path.unlink()
+        if what == "directory":
+            path.mkdir()
+            (path / "inside.json").write_text("{}")
+        elif what == "binary":
+            path.write_bytes(b"\x00\xff\xfe garbage \x80")
+        else:
+            path.write_bytes(b"")
+    plan = sel.plan()
+    assert len(plan.messages) == 2 and all("\n" not in m for m in plan.messages), plan.messages
+    assert all(m.startswith((store.STATE_NAME, store.MAP_NAME)) for m in plan.messages)
+    if what == "directory":
+        assert all("is a directory; moved it to " in m for m in plan.messages)
+        aside = sorted(p.name for p in tmp_path.iterdir() if ".corrupt-" in p.name)
+        assert [n.split(".corrupt-")[0] for n in aside] == sorted([store.MAP_NAME, store.STATE_NAME])
+        assert all((tmp_path / n / "inside.json").is_file() for n in aside)  # nothing lost
+    assert all(plan.must_run(n) for n in outcomes)  # as on a first run
+    sel.finish(plan, outcomes, collected, reaches)
+    plan = sel.plan()
+    assert plan.messages == [] and not any(plan.must_run(n) for n in outcomes)
+
+
+def test_merge3_takes_ours_for_mine_else_whoever_changed_it() -> None:
+    base = {"kept": 1, "we_changed": 1, "they_changed": 1, "both": 1, "we_deleted": 1, "they_deleted": 1}
+    ours = {"kept": 1, "we_changed": 2, "they_changed": 1, "both": 2, "they_deleted": 1, "we_added": 2}
+    theirs = {"kept": 1, "we_changed": 1, "they_changed": 3, "both": 3, "we_deleted": 1, "they_added": 3}
+    assert store.merge3(base, ours, theirs, mine=set()) == {
+        "kept": 1,
+        "we_changed": 2,
+        "they_changed": 3,
+        "both": 3,  # changed by both and not ours to decide: theirs (saved after we loaded)
+        "we_added": 2,
+        "they_added": 3,
+    }
+    # Keys this session decided (the tests it ran) are ours, deletions included.
+    assert store.merge3(base, ours, theirs, mine={"both", "they_changed", "we_deleted"}) == {
+        "kept": 1,
+        "we_changed": 2,
+        "they_changed": 1,
+        "both": 2,
+        "we_added": 2,
+        "they_added": 3,
+    }
+    # Nobody else saved meanwhile: the result is exactly ours.
+    assert store.merge3(base, ours, base, mine={"both"}) == ours
+
+
+def _state(tests: dict[str, str], reaches: dict[str, tuple[str, ...]] | None = None) -> store.State:
+    gens = {gid: {"f.py": gid} for gid in set(tests.values())}
+    return store.State(gens, dict(tests), reaches or {}, {gid: {"f.py": "i" + gid} for gid in gens})
+
+
+def test_merge_state_keeps_both_sessions_records() -> None:
+    base = _state({"t::a": "g0", "t::b": "g0", "t::c": "g0"})
+    # Session A ran a (passed: g1) and c (failed: keeps g0); refreshed b, which it did not run.
+    ours = _state({"t::a": "g1", "t::b": "g1", "t::c": "g0"}, {"t::a": ("x.py",)})
+    # Session B, saved in between, ran b and c (both passed at g2) and a new test d.
+    theirs = _state({"t::a": "g0", "t::b": "g2", "t::c": "g2", "t::d": "g2"}, {"t::b": ("y.py",)})
+    merged = store.merge_state(base, ours, theirs, ran={"t::a", "t::c"})
+    assert merged.tests == {"t::a": "g1", "t::b": "g2", "t::c": "g0", "t::d": "g2"}
+    assert merged.reaches == {"t::a": ("x.py",), "t::b": ("y.py",)}
+    assert set(merged.generations) == set(merged.imports) == {"g0", "g1", "g2"}
+    assert merged.generations["g2"] == {"f.py": "g2"}
+    # Alone (nothing saved since it loaded), a session's state is kept as it is.
+    alone = store.merge_state(base, ours, base, ran={"t::a", "t::c"})
+    assert (alone.tests, alone.reaches, alone.generations) == (ours.tests, ours.reaches, ours.generations)
+
+
+def test_merge_map_tests_keeps_both_sessions_collections() -> None:
+    base = {"tests/a.py": {"nodeids": ["a1"]}, "tests/b.py": {"nodeids": ["b1"]}}
+    ours = {"tests/a.py": {"nodeids": ["a1", "a2"]}, "tests/b.py": {"nodeids": ["b1"]}}
+    theirs = {"tests/a.py": {"nodeids": ["a1"]}, "tests/b.py": {"nodeids": ["b1", "b2"]}, "tests/c.py": {"nodeids": []}}
+    assert store.merge_map_tests(base, ours, theirs, collected={"tests/a.py"}) == {
+        "tests/a.py": {"nodeids": ["a1", "a2"]},
+        "tests/b.py": {"nodeids": ["b1", "b2"]},
+        "tests/c.py": {"nodeids": []},
+    }
+
+
+def test_sessions_finishing_in_turn_lose_nothing(tmp_path: Path) -> None:
+    """Two sessions plan on the same files, then each saves: the second merges onto the first."""
+    _tree(tmp_path, BASE)
+    x, s = "tests/sub/test_x.py::test_a", "tests/sub/test_str.py::test_s"
+    first, second = RemoteSelector(tmp_path, CFG), RemoteSelector(tmp_path, CFG)
+    plan_1, plan_2 = first.plan(), second.plan()
+    first.finish(plan_1, {x: "passed"}, {"tests/sub/test_x.py": [x]}, {x: ["pkg/actors.py"]})
+    second.finish(plan_2, {s: "passed"}, {"tests/sub/test_str.py": [s]}, {s: []})
+    plan = first.plan()
+    assert not plan.must_run(x) and not plan.must_run(s)
+    assert plan.reaches == {x: ("pkg/actors.py",), s: ()}
+    data = json.loads((tmp_path / store.MAP_NAME).read_text())
+    assert data["tests"]["tests/sub/test_x.py"]["nodeids"] == [x]
+    assert data["tests"]["tests/sub/test_str.py"]["nodeids"] == [s]
+    # A session's outcome decides for the tests it ran: a failure saved after another
+    # session's pass keeps the test selected.
+    (tmp_path / "pkg/a/c.py").write_text("def f(): pass\nY = 2\n")  # import-time code
+    plan_1, plan_2 = first.plan(), second.plan()
+    assert plan_1.must_run(x) and plan_2.must_run(x)
+    second.finish(plan_2, {x: "passed"}, {})
+    first.finish(plan_1, {x: "failed"}, {})
+    assert first.plan().must_run(x)
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".lock")] == []

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -365,11 +366,18 @@ def test_new_tests_are_run(seeded: Project) -> None:
     assert set(ran) == REMOTE | {"tests/test_new.py::test_new"}
 
 
-@pytest.mark.parametrize("which", ["state-garbage", "state-foreign-version", "map-garbage", "map-wrong-shape"])
+@pytest.mark.parametrize(
+    "which", ["state-garbage", "state-foreign-version", "state-directory", "map-garbage", "map-wrong-shape", "map-directory"]
+)
 def test_corrupted_files_are_rebuilt_with_one_warning(seeded: Project, which: str) -> None:
     state = seeded.path / ".nrl_remote_state.json"
     map_ = seeded.path / ".nrl_remote_map.json"
-    if which == "state-garbage":
+    if which.endswith("directory"):
+        target = state if which.startswith("state") else map_
+        target.unlink()
+        target.mkdir()  # never replaced by a save: moved aside (kept, nothing lost)
+        (target / "x").write_text("x")
+    elif which == "state-garbage":
         state.write_text("{not json")
     elif which == "state-foreign-version":
         data = json.loads(state.read_text())
@@ -390,6 +398,67 @@ def test_corrupted_files_are_rebuilt_with_one_warning(seeded: Project, which: st
     _, ran = seeded.run()
     assert ran == {}
     assert json.loads(state.read_text())["version"] == store.VERSION
+    if which.endswith("directory"):
+        aside = [p for p in seeded.path.iterdir() if ".corrupt-" in p.name]
+        assert len(aside) == 1 and (aside[0] / "x").read_text() == "x"
+        assert any("is a directory; moved it to" in line for line in warnings)
+
+
+# Each session waits for the other at its end, so both finish together, each after both
+# have planned (a session's plan is made from the files as they were when it started).
+BARRIER_CONFTEST = """
+
+
+def pytest_sessionfinish(session):
+    import time
+
+    barrier = os.environ.get("BARRIER_DIR")
+    if not barrier:
+        return
+    open(os.path.join(barrier, str(os.getpid())), "w").close()
+    deadline = time.monotonic() + 60
+    while len(os.listdir(barrier)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+"""
+
+
+def test_concurrent_sessions_merge_their_records(project: Project, tmp_path_factory: pytest.TempPathFactory) -> None:
+    with open(project.path / "tests/conftest.py", "a") as fh:
+        fh.write(BARRIER_CONFTEST)
+    barrier = tmp_path_factory.mktemp("barrier")
+    env = {**os.environ, "BARRIER_DIR": str(barrier)}
+    mine = {"tests/test_local.py": {"tests/test_local.py::test_add[1]", "tests/test_local.py::test_add[2]"}}
+    mine["tests/test_pkg.py"] = {"tests/test_pkg.py::test_helper"}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "pytest", "--testmon", "-v", "-p", PLUGIN, "-p", "testharness.testmon_data", tfile],
+            cwd=project.path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for tfile in mine
+    ]
+    outs = [p.communicate(timeout=180)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert len(os.listdir(barrier)) == 2  # both reached their end before either saved
+    ran_together = set().union(*mine.values())
+
+    state = json.loads((project.path / ".nrl_remote_state.json").read_text())
+    assert ran_together <= set(state["tests"])
+    map_tests = json.loads((project.path / ".nrl_remote_map.json").read_text())["tests"]
+    for tfile, nodeids in mine.items():
+        assert set(map_tests[tfile]["nodeids"]) == nodeids
+    # The next run adds only what neither session ran: both sessions' passes were kept.
+    # (testmon may select more: a session that starts after another has collected deletes
+    # that one's tests it does not know as passing yet, a rerun and never a miss.)
+    result, ran = project.run()
+    assert project.header(result) == ["remote-select: no remote-affecting change; 2 test file(s) with tests that never passed"]
+    assert ALL - ran_together <= set(ran), result.stdout.str()
+    _, ran = project.run()
+    assert ran == {}
+    assert not [p.name for p in project.path.iterdir() if p.name.endswith(".lock")]
 
 
 def test_deleting_both_files_reseeds(seeded: Project) -> None:

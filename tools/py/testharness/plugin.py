@@ -9,4 +9,5 @@ pytest_plugins = [
     "testharness.tracker",
     "testharness.sharding",
     "testharness.remote_select.plugin",
+    "testharness.testmon_data",
 ]

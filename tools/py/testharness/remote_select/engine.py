@@ -61,6 +61,7 @@ class Plan:
     imports_loaded: dict[str, dict[str, str]] = field(default_factory=dict)  # gid -> import digests
     imports: dict[str, str] | None = None  # current import digests, once computed
     units: dict[str, dict[str, str]] = field(default_factory=dict)  # rel -> function body digests, as needed
+    map_tests_loaded: dict[str, dict[str, Any]] = field(default_factory=dict)  # the map's test entries, as loaded
 
     def must_run(self, nodeid: str) -> bool:
         """True when this test has to run whatever testmon says."""
@@ -136,6 +137,7 @@ class RemoteSelector:
             graph=graph,
             messages=messages,
             imports_loaded=state.imports,
+            map_tests_loaded={t: dict(e) for t, e in old_map.tests.items()} if old_map is not None else {},
         )
         affected_tests = plan.affected_tests
         changed_hits: set[str] = set()
@@ -178,7 +180,7 @@ class RemoteSelector:
         affected_files.update(t for t in test_files if t not in recorded_files)
         for tfile, info in map_data.tests.items():
             nodeids = info.get("nodeids")
-            if tfile in test_files and isinstance(nodeids, list) and any(n not in records for n in nodeids):
+            if tfile in test_files and isinstance(nodeids, list) and any(isinstance(n, str) and n not in records for n in nodeids):
                 affected_files.add(tfile)
 
         plan.affected_files = affected_files
@@ -259,8 +261,8 @@ class RemoteSelector:
             generations[new_gid] = plan.digests
             # Same contents, same import digests: a no-change session reuses them.
             imports[new_gid] = imports.get(new_gid) or self.import_digests(plan)
-        if tests or plan.records:
-            store.save_state(self.root, store.State(generations, tests, kept_reach, imports))
+        save_state = bool(tests or plan.records)
+        ours = store.State(generations, tests, kept_reach, imports)
 
         map_data = plan.map_data
         dirty = plan.map_dirty
@@ -279,7 +281,20 @@ class RemoteSelector:
             for tfile in plan.test_files:
                 entry = map_data.tests.setdefault(tfile, {})
                 entry.setdefault("nodeids", [])
-            store.save_map(self.root, map_data)
+        if not (save_state or dirty):
+            return
+        # Another session may have saved since this one loaded: merge onto what is there now.
+        with store.locked(self.root):
+            if save_state:
+                theirs, _ = store.load_state(self.root)  # its warning was shown at plan time
+                base = store.State(plan.generations, plan.records, plan.reaches, plan.imports_loaded)
+                store.save_state(self.root, store.merge_state(base, ours, theirs, set(outcomes)))
+            if dirty:
+                on_disk, _ = store.load_map(self.root)
+                if on_disk is not None:
+                    merged = store.merge_map_tests(plan.map_tests_loaded, map_data.tests, on_disk.tests, set(collected))
+                    map_data.tests = {t: e for t, e in merged.items() if t in plan.test_files}
+                store.save_map(self.root, map_data)
 
     def _with_digests(self, plan: Plan, reach: list[str]) -> tuple[str, ...]:
         """Reach entries as stored: a function that ran remotely gets its body digest

@@ -13,7 +13,8 @@ All decisions live in `engine.py`; this module only translates hooks:
   what traced actors ran when a fixture's set-up ends; the teardown report carries the
   test's reach (`remote_reach`, collected first), so it also crosses xdist.
 * `pytest_runtest_logreport`: the outcome and reach of every test that completed.
-* `pytest_sessionfinish` (also after -x, failures and Ctrl-C): write map and state.
+* `pytest_sessionfinish` (also after -x, failures and Ctrl-C): merge this session's results
+  into the map and state files on disk (under a lock: sessions may run side by side).
 """
 
 from __future__ import annotations
@@ -138,10 +139,10 @@ class RemoteSelectSession:
             return
         try:
             self.selector.finish(self.plan, self.outcomes, self.collected, self.reaches)
-        except OSError as exc:
+        except Exception as exc:  # noqa: BLE001  the tests have run: never an INTERNALERROR for this
             tr = self.config.pluginmanager.get_plugin("terminalreporter")
             if tr is not None:
-                tr.write_line(f"{PREFIX}: warning: could not save its state ({exc})")
+                tr.write_line(f"{PREFIX}: warning: could not save its state ({exc.__class__.__name__}: {exc})")
 
 
 @pytest.hookimpl(trylast=True)

@@ -10,17 +10,26 @@
 
 Both use repo-relative POSIX paths only, so a moved checkout or a container mount keeps
 them valid. A file that is missing, corrupted or from another format version is ignored
-with one warning line (the caller then re-seeds); it never raises.
+with one warning line (the caller then re-seeds, and the next save overwrites it); it never
+raises. Something else at the path (a directory) is moved aside to `<name>.corrupt-<stamp>`.
+
+Sessions that run at the same time each merge their results into what is on disk when
+they finish (`merge_state`, `merge_map_tests`: pure), under an exclusive lock
+(`locked`), so none loses the other's records.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+from collections.abc import Collection, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from testharness.atomic_io import write_text_atomic
+from testharness.state_files import exclusive, move_aside, timestamp
 
 MAP_NAME = ".nrl_remote_map.json"
 STATE_NAME = ".nrl_remote_state.json"
@@ -36,11 +45,21 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 def _load(path: Path, fmt: str, version: int) -> tuple[dict[str, Any] | None, str | None]:
     """(data, None) when valid, (None, None) when absent, (None, warning) otherwise."""
+    if os.path.lexists(path) and not path.is_file():
+        # A directory (or a FIFO: reading would block) is never replaced by a save: move it.
+        what = "a directory" if path.is_dir() else "not a regular file"
+        try:
+            moved = move_aside(path, timestamp())
+        except OSError as exc:
+            return None, f"{path.name} is {what} and could not be moved aside ({exc.strerror or exc}); remove it by hand"
+        return None, f"{path.name} is {what}; moved it to {moved.name}, rebuilding it"
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None, None
-    except (OSError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError:
+        return None, f"{path.name} is corrupted (not UTF-8 text); rebuilding it"
+    except OSError as exc:
         return None, f"{path.name} is unreadable ({exc.__class__.__name__}); rebuilding it"
     try:
         data = json.loads(text)
@@ -202,3 +221,67 @@ def _is_parsed(value: Any) -> bool:
 
 def save_map(root: Path, data: MapData) -> None:
     write_json_atomic(root / MAP_NAME, data.to_json())
+
+
+# -- concurrent sessions -------------------------------------------------------------------
+K = TypeVar("K")
+V = TypeVar("V")
+_ABSENT: Any = object()
+
+
+def merge3(base: Mapping[K, V], ours: Mapping[K, V], theirs: Mapping[K, V], mine: Collection[K]) -> dict[K, V]:
+    """Three-way merge of one session's entries (`ours`, made from `base`, what it loaded)
+    into what is on disk now (`theirs`); an absent key is a deleted entry.
+
+    Keys in `mine` (what this session decided: the tests it ran) take ours; any other key
+    takes theirs when another session changed it since `base`, else ours.
+    """
+    out: dict[K, V] = {}
+    for key in {*base, *ours, *theirs}:
+        theirs_value = theirs.get(key, _ABSENT)
+        if key in mine or theirs_value == base.get(key, _ABSENT):
+            value = ours.get(key, _ABSENT)
+        else:
+            value = theirs_value
+        if value is not _ABSENT:
+            out[key] = value
+    return out
+
+
+def _records(state: State) -> dict[str, tuple[str, tuple[str, ...] | None]]:
+    return {nid: (gid, state.reaches.get(nid)) for nid, gid in state.tests.items()}
+
+
+def merge_state(base: State, ours: State, theirs: State, ran: Collection[str]) -> State:
+    """This session's state (`ours`, made from `base`) merged onto the file's state now.
+
+    A test's record is its generation and its reach, taken whole: from this session for the
+    tests it ran (`ran`), else from whichever session changed it (`merge3`). Generations and
+    import digests follow the records that are kept (a generation id is a digest of its
+    content, so both sides agree on what one means).
+    """
+    merged = merge3(_records(base), _records(ours), _records(theirs), ran)
+    tests = {nid: gid for nid, (gid, _) in merged.items()}
+    reaches = {nid: reach for nid, (_, reach) in merged.items() if reach is not None}
+    kept = set(tests.values())
+    generations = {gid: gen for side in (theirs, ours) for gid, gen in side.generations.items() if gid in kept}
+    imports = {gid: imp for side in (theirs, ours) for gid, imp in side.imports.items() if gid in kept}
+    return State(generations, tests, reaches, imports)
+
+
+def merge_map_tests(
+    base: Mapping[str, dict[str, Any]],
+    ours: Mapping[str, dict[str, Any]],
+    theirs: Mapping[str, dict[str, Any]],
+    collected: Collection[str],
+) -> dict[str, dict[str, Any]]:
+    """The map's per-test-file entries: this session's for the files it collected, else
+    whichever session changed them (`merge3`)."""
+    return merge3(base, ours, theirs, collected)
+
+
+@contextmanager
+def locked(root: Path, timeout: float = 60.0) -> Iterator[None]:
+    """Hold the lock that guards both files (`<state file>.lock`) for a read-merge-write."""
+    with exclusive(root / STATE_NAME, timeout=timeout):
+        yield
