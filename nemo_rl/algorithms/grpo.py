@@ -9,6 +9,7 @@ from typing import Any, Sequence, TypedDict
 import torch
 from torch import Tensor
 
+from nemo_rl.algorithms.config_checks import find_sft_export
 from nemo_rl.algorithms.loss_functions import ClippedPGLoss
 from nemo_rl.algorithms.utils import (
     CheckpointingConfig,
@@ -86,13 +87,10 @@ def group_advantages(rewards: Tensor, group_size: int, normalize: bool, eps: flo
 
 def resolve_sft_init(path: str) -> str:
     """An SFT checkpoint dir (or a step in it) -> its Hugging Face export folder."""
-    p = Path(path)
-    if (p / "policy" / "hf").is_dir():
-        return str((p / "policy" / "hf").resolve())
-    latest = CheckpointManager(p).latest()
-    if latest is not None and (latest / "policy" / "hf").is_dir():
-        return str((latest / "policy" / "hf").resolve())
-    raise FileNotFoundError(f"no SFT checkpoint with an hf/ export under {path}")
+    export = find_sft_export(path)
+    if export is None:
+        raise FileNotFoundError(f"no SFT checkpoint with an hf/ export under {path}")
+    return str(export)
 
 
 def decode_responses(tokenizer: Any, out: GenerationOutput) -> list[str]:

@@ -17,6 +17,13 @@
 # Each script also declares how many GPUs it needs in a header line that run_all.sh
 # reads:   # num-gpus: 0      (0 = runs on CPU, so CI runs it)
 #
+# Arguments, before anything runs: -h/--help prints the script's header comment and exits
+# 0; any other argument starting with '-' is refused (one line, exit 2). A script may define
+#
+#   precheck_experiment "$@"  checks the overrides (e.g. `functional_check_config
+#                             examples/run_sft.py ... "$@"`); a failure ends the script
+#                             with its status before the experiment directory is touched
+#
 # Works from any cwd, under `uv run` (python = the project venv) or with plain python:
 # set PYTHON=/path/to/python to choose the interpreter.
 
@@ -44,6 +51,37 @@ export PYTHON
 
 COVERAGE_DATA_FILE="${COVERAGE_DATA_FILE:-$REPO_ROOT/tests/.coverage}"
 COVERAGE_SOURCE="${COVERAGE_SOURCE:-nemo_rl}"
+
+# The header comment of the script at $1 (its lines after the shebang up to the first
+# line that is not a comment), without the leading '# '.
+functional_usage() {
+    sed -n '2,/^[^#]/p' "$1" | sed '/^[^#]/d; s/^# \{0,1\}//'
+    echo
+    echo "Options:"
+    echo "  -h, --help   this help"
+}
+
+# -h/--help: usage, exit 0; another '-...' argument: one line, exit 2. $1 is the script.
+functional_parse_args() {
+    local script="$1" arg
+    shift
+    for arg in "$@"; do
+        case "$arg" in
+            -h | --help) functional_usage "$script"; exit 0 ;;
+            -*) echo "error: unknown option '$arg'; arguments are key=value config overrides (see $(basename "$script") --help)" >&2
+                exit 2 ;;
+        esac
+    done
+}
+
+# Check a config without training: the example's --check-config (a bad value or override:
+# its one line on stderr, status 2). Missing test assets are built first, as for the run;
+# its "config ok" line is dropped. With pipefail the status is the example's.
+functional_check_config() {
+    local example="$1"
+    shift
+    "$PYTHON" "$REPO_ROOT/$example" --check-config "$@" | { grep -v '^config ok: ' || true; }
+}
 
 # Set the experiment paths for the script at $1 (its name without .sh).
 functional_init() {
@@ -143,12 +181,20 @@ _functional_body() {
 # Entry point of every functional script: functional_main "$@" at its end.
 functional_main() {
     local script="${BASH_SOURCE[1]}"
+    functional_parse_args "$script" "$@"
     functional_init "$script"
     if ! declare -F run_experiment >/dev/null || ! declare -F check_experiment >/dev/null; then
         echo "error: $script must define run_experiment and check_experiment" >&2
         return 2
     fi
     cd "$REPO_ROOT"
+    if declare -F precheck_experiment >/dev/null; then
+        local check_rc=0
+        precheck_experiment "$@" || check_rc=$?
+        if (( check_rc != 0 )); then
+            return "$check_rc"
+        fi
+    fi
     rm -rf "$EXP_DIR"
     mkdir -p "$LOG_DIR"
     # The table is printed through tee (not a terminal): size it for the real terminal.

@@ -10,13 +10,14 @@
 # in a header line "# num-gpus: N"; N=0 means CPU-capable. Scripts needing more GPUs
 # than are visible are reported as SKIP, a script without the header as ERROR.
 # Exit status: 0 when every script that ran passed, 1 otherwise (or when none ran),
-# 2 on a usage error.
+# 2 on a usage error (an unknown option, an unknown test, an argument after -- that is not
+# a key=value override), before any test runs. Each script checks the overrides itself too.
 set -uo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 usage() {
-    sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,/^[^#]/p' "${BASH_SOURCE[0]}" | sed '/^[^#]/d; s/^# \{0,1\}//'
     cat <<'EOF'
 
 Options:
@@ -98,7 +99,14 @@ while (( $# )); do
             GPUS="${1#*=}"
             [[ "$GPUS" =~ ^[0-9]+$ ]] || { echo "error: --gpus needs a number, got '$GPUS'" >&2; exit 2; }
             ;;
-        --) shift; PASSTHROUGH=("$@"); break ;;
+        --)
+            shift
+            for arg in "$@"; do   # overrides for every script: key=value, never a flag
+                if [[ "$arg" == -* || "$arg" != ?*=* ]]; then
+                    echo "error: '$arg' after -- is not a key=value config override" >&2; exit 2
+                fi
+            done
+            PASSTHROUGH=("$@"); break ;;
         -*) echo "error: unknown option '$1' (see --help)" >&2; exit 2 ;;
         *) NAMES+=("$1") ;;
     esac

@@ -4,6 +4,8 @@
 #   uv run bash tests/functional/sft.sh [key=value overrides for examples/run_sft.py ...]
 #   uv run bash tests/functional/sft.sh policy.optimizer.lr=0     # must end in FAIL
 #
+# The overrides are checked first (examples/run_sft.py --check-config): a bad one is refused
+# with one line, exit 2, before anything trains.
 # Leaves tests/functional/sft/{logs/,run.log,metrics.json,checks.json}.
 # num-gpus: 0
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -13,20 +15,31 @@ NUM_STEPS=40
 VAL_PERIOD=10
 SFT_OVERRIDES=()   # variants that reuse this script (sft_megatron.sh) put their switches here
 
+# The run's arguments in SFT_ARGS: the script's settings, then the user's overrides ("$@").
+sft_args() {
+    SFT_ARGS=("${SFT_OVERRIDES[@]}"
+        sft.max_num_steps="$NUM_STEPS"
+        sft.val_period="$VAL_PERIOD"
+        logger.log_dir="$LOG_DIR"
+        checkpointing.enabled=true
+        checkpointing.checkpoint_dir="$CKPT_DIR"
+        checkpointing.save_period=20
+        "$@")
+}
+
+precheck_experiment() {
+    sft_args "$@"
+    functional_check_config examples/run_sft.py "${SFT_ARGS[@]}"
+}
+
 run_experiment() {
     functional_require_assets \
         tests/unit/test_assets/tiny_llama \
         tests/unit/test_assets/tokenizer \
         tests/unit/test_assets/data/sft_train.jsonl \
         tests/unit/test_assets/data/sft_val.jsonl || return $?
-    functional_python examples/run_sft.py "${SFT_OVERRIDES[@]}" \
-        sft.max_num_steps="$NUM_STEPS" \
-        sft.val_period="$VAL_PERIOD" \
-        logger.log_dir="$LOG_DIR" \
-        checkpointing.enabled=true \
-        checkpointing.checkpoint_dir="$CKPT_DIR" \
-        checkpointing.save_period=20 \
-        "$@"
+    sft_args "$@"
+    functional_python examples/run_sft.py "${SFT_ARGS[@]}"
 }
 
 check_experiment() {

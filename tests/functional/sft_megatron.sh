@@ -11,6 +11,7 @@
 # The run and the checks are sft.sh's (same model, same data, same thresholds).
 source "$(dirname "${BASH_SOURCE[0]}")/sft.sh"
 SFT_OVERRIDES=(policy.megatron_cfg.enabled=true)
+functional_parse_args "${BASH_SOURCE[0]}" "$@"   # --help and bad flags before the GPU probe
 
 gpus=$("$PYTHON" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
 if [[ "$gpus" == "0" ]]; then

@@ -100,10 +100,10 @@ def test_names_select_scripts_and_pass_overrides_after_double_dash(
     record = tmp_path / "args.txt"
     fake_script(fdir, "one", f'printf "%s\\n" "$@" > {record}; exit 0')
     fake_script(fdir, "two", "echo two-ran; exit 1")
-    proc = run_all(fdir, "one.sh", "--gpus=0", "--", "policy.optimizer.lr=0", "a b")
+    proc = run_all(fdir, "one.sh", "--gpus=0", "--", "policy.optimizer.lr=0", "x.y=a b")
     assert proc.returncode == 0, proc.stderr
     assert "two-ran" not in proc.stdout
-    assert record.read_text().splitlines() == ["policy.optimizer.lr=0", "a b"]
+    assert record.read_text().splitlines() == ["policy.optimizer.lr=0", "x.y=a b"]
     assert set(summary_rows(proc.stdout)) == {"one"}
 
 
@@ -265,3 +265,108 @@ def test_common_failed_run_propagates_its_status_and_skips_checks(
     assert "Metric Checks" not in proc.stdout
     assert "the run itself failed" in proc.stdout
     assert not (fake_repo / "tests" / "functional" / "toy" / "checkpoints").exists()
+
+
+def test_common_precheck_failure_stops_before_the_experiment_dir_is_touched(fake_repo: Path) -> None:
+    script = fake_repo / "tests" / "functional" / "toy.sh"
+    body = script.read_text().replace(
+        "check_experiment() {",
+        'precheck_experiment() {\n    echo "checked: $*"\n    [[ "$*" != *lr=-1* ]] || { echo "error: lr must be > 0" >&2; return 2; }\n}\n'
+        "check_experiment() {",
+    )
+    script.write_text(body)
+    exp = fake_repo / "tests" / "functional" / "toy"
+    exp.mkdir()
+    (exp / "previous.txt").write_text("a previous run's results")
+    proc = run_toy(fake_repo, "lr=-1")
+    assert proc.returncode == 2
+    assert proc.stderr == "error: lr must be > 0\n"
+    assert "trained with" not in proc.stdout
+    assert sorted(p.name for p in exp.iterdir()) == ["previous.txt"]
+    good = run_toy(fake_repo, "lr=1")
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "checked: lr=1" in good.stdout and "toy: PASS" in good.stdout
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_common_help_prints_the_header(fake_repo: Path, flag: str) -> None:
+    script = fake_repo / "tests" / "functional" / "toy.sh"
+    script.write_text(script.read_text().replace("# num-gpus: 0\n", "# A toy experiment.\n#\n#   bash toy.sh [k=v ...]\n# num-gpus: 0\n"))
+    proc = run_toy(fake_repo, "lr=1", flag)
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert proc.stdout.startswith("A toy experiment.\n\n  bash toy.sh [k=v ...]\nnum-gpus: 0\n")
+    assert "-h, --help" in proc.stdout and "trained with" not in proc.stdout
+    assert not (fake_repo / "tests" / "functional" / "toy").exists()
+
+
+# ------------------------------------------------ the real scripts: usage and refusals, no training
+
+REAL_SCRIPTS = ["sft.sh", "grpo.sh", "sft_megatron.sh"]
+
+
+def run_real(script: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(FUNCTIONAL / script), *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHON": sys.executable},
+    )
+
+
+def _dir_state(script: str) -> tuple[str, ...]:
+    exp = FUNCTIONAL / Path(script).stem
+    return tuple(sorted(str(p) for p in exp.rglob("*"))) if exp.exists() else ("absent",)
+
+
+@pytest.mark.parametrize("script", [*REAL_SCRIPTS, "run_all.sh"])
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_real_scripts_help(script: str, flag: str) -> None:
+    before = _dir_state(script)
+    proc = run_real(script, "policy.optimizer.lr=1e-3", flag)
+    assert (proc.returncode, proc.stderr) == (0, "")
+    first_comment = (FUNCTIONAL / script).read_text().splitlines()[1].removeprefix("# ")
+    assert proc.stdout.startswith(first_comment + "\n")
+    assert "-h, --help" in proc.stdout
+    assert "[functional]" not in proc.stdout and "Metric Checks" not in proc.stdout  # nothing ran
+    assert _dir_state(script) == before  # a previous run's results are left alone
+
+
+@pytest.mark.parametrize(
+    "script, args, message",
+    [
+        *[(s, ["--bogus"], (f"error: unknown option '--bogus'; arguments are key=value config overrides "
+                            f"(see {s} --help)")) for s in REAL_SCRIPTS],
+        ("sft.sh", ["sft.max_num_steps=3", "-x"], "error: unknown option '-x'"),
+        ("run_all.sh", ["--bogus"], "error: unknown option '--bogus' (see --help)"),
+        ("run_all.sh", ["sft", "--", "--bogus"], "error: '--bogus' after -- is not a key=value config override"),
+        ("run_all.sh", ["sft", "--", "nonsense"], "error: 'nonsense' after -- is not a key=value config override"),
+    ],
+)
+def test_real_scripts_refuse_unknown_flags_at_once(script: str, args: list[str], message: str) -> None:
+    before = _dir_state(script)
+    proc = run_real(script, *args)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [proc.stderr.strip()] and proc.stderr.startswith(message)
+    assert proc.stdout == ""
+    assert _dir_state(script) == before
+
+
+@pytest.mark.parametrize(
+    "script, override, message",
+    [
+        ("sft.sh", "nonsense", "error: override 'nonsense' is not of the form key=value"),
+        ("sft.sh", "sft.max_num_stepz=3", "error: unknown config key 'sft.max_num_stepz'"),
+        ("grpo.sh", "policy.optimizer.lr=-1", "error: policy.optimizer.lr must be a finite number >= 0, got -1"),
+        ("grpo.sh", "grpo.num_prompts_per_step=0", "error: grpo.num_prompts_per_step must be an integer >= 1"),
+    ],
+)
+def test_real_scripts_check_overrides_before_training(script: str, override: str, message: str) -> None:
+    """grpo.sh checks GRPO's overrides before its SFT warm-up: seconds, not minutes."""
+    before = _dir_state(script)
+    proc = run_real(script, override)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.splitlines() == [proc.stderr.strip()] and proc.stderr.startswith(message)
+    assert "warm-up" not in proc.stdout and "[functional]" not in proc.stdout
+    assert _dir_state(script) == before

@@ -1,0 +1,351 @@
+"""The example entry points (examples/run_sft.py, run_grpo_math.py) and their config checks.
+
+Most tests are pure (the rule tables, the one-line description of a failure) or run the real
+scripts on configs that are refused before anything starts (a second or two each). Two start
+Ray for real, as a user would: a worker that fails while loading its model, and Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from nemo_rl.algorithms.config_checks import (
+    count_records,
+    find_sft_export,
+    looks_like_hub_id,
+    model_source,
+    sft_checkpoint,
+    validate_grpo,
+    validate_sft,
+)
+from nemo_rl.config import load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+SFT_YAML = EXAMPLES / "configs" / "sft.yaml"
+GRPO_YAML = EXAMPLES / "configs" / "grpo_math.yaml"
+
+if str(EXAMPLES) not in sys.path:  # as when run as a script: the helper sits beside it
+    sys.path.insert(0, str(EXAMPLES))
+import _cli
+
+
+@pytest.fixture
+def in_repo(test_assets: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The configs' relative paths point into tests/unit/test_assets: run from the repo root."""
+    monkeypatch.chdir(ROOT)
+    return test_assets
+
+
+# ---------------------------------------------------------------- the rule tables (pure)
+
+
+def test_the_shipped_configs_pass(in_repo: Path) -> None:
+    assert validate_sft(load_config(SFT_YAML)) == []
+    assert validate_grpo(load_config(GRPO_YAML)) == []
+    # The functional tests' negative control (README: "... lr=0  # must end in FAIL") still runs.
+    assert validate_sft(load_config(SFT_YAML, ["policy.optimizer.lr=0"])) == []
+
+
+@pytest.mark.parametrize(
+    "override, problem",
+    [
+        ("policy.model_name=/nonexistent/model", "policy.model_name does not exist: /nonexistent/model"),
+        ("data.train_path=/nonexistent/train.jsonl", "data.train_path does not exist: /nonexistent/train.jsonl"),
+        ("data.val_path=tests", "data.val_path is a directory, not a file: tests"),
+        ("policy.optimizer.lr=", "policy.optimizer.lr must be a finite number >= 0, got null"),
+        ("policy.optimizer.lr=-1e-3", "policy.optimizer.lr must be a finite number >= 0, got -0.001"),
+        ("policy.optimizer.lr=.inf", "policy.optimizer.lr must be a finite number >= 0, got inf"),
+        ("sft.max_num_steps=0", "sft.max_num_steps must be an integer >= 1, got 0"),
+        ("sft.max_num_steps=2.5", "sft.max_num_steps must be an integer >= 1, got 2.5"),
+        ("sft.val_period=-1", "sft.val_period must be an integer >= 0, got -1"),
+        ("policy.train_micro_batch_size=0", "policy.train_micro_batch_size must be an integer >= 1, got 0"),
+        ("policy.precision=fp8", "policy.precision must be one of 'auto', 'float32', 'bfloat16', 'float16'"),
+        ("policy.optimizer.betas=[0.9,1.0]", "policy.optimizer.betas must be a list of two items"),
+        ("cluster.gpus_per_worker=-1", "cluster.gpus_per_worker must be one of 'auto' or a finite number >= 0"),
+        ("logger.log_dir=", "logger.log_dir must be a directory path, got null"),
+        ("cluster.num_workers=3", "policy.train_global_batch_size (32) must be a multiple of cluster.num_workers (3)"),
+        ("policy.train_global_batch_size=100000", "policy.train_global_batch_size (100000) exceeds the number"),
+    ],
+)
+def test_sft_rules_name_the_key(in_repo: Path, override: str, problem: str) -> None:
+    problems = validate_sft(load_config(SFT_YAML, [override]))
+    assert problems and problems[0].startswith(problem), problems
+
+
+@pytest.mark.parametrize(
+    "override, problem",
+    [
+        ("grpo.num_generations_per_prompt=1", "grpo.num_generations_per_prompt (1) must be >= 2"),
+        ("policy.generation.top_p=0", "policy.generation.top_p must be a finite number > 0 and <= 1, got 0"),
+        ("loss_fn.kl_coef=-0.1", "loss_fn.kl_coef must be a finite number >= 0, got -0.1"),
+        ("policy.init_from_sft=/nonexistent/ckpt", "policy.init_from_sft does not exist: /nonexistent/ckpt"),
+        ("grpo.max_num_steps=0", "grpo.max_num_steps must be an integer >= 1, got 0"),
+    ],
+)
+def test_grpo_rules_name_the_key(in_repo: Path, override: str, problem: str) -> None:
+    problems = validate_grpo(load_config(GRPO_YAML, [override]))
+    assert problems and problems[0].startswith(problem), problems
+
+
+def test_model_source(tmp_path: Path, tiny_llama: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    check = model_source()
+    assert check(tiny_llama) is None
+    assert check(str(tmp_path)) == f"is not a Hugging Face model folder (no config.json): {tmp_path}"
+    (tmp_path / "config.json").write_text("{}")
+    assert check(str(tmp_path)).startswith("has no tokenizer")  # type: ignore[union-attr]
+    assert check(str(tmp_path / "config.json")).startswith("must be a model folder, not a file")  # type: ignore[union-attr]
+    # A Hub id is left to transformers (cache or download), unless the Hub is off and it is not cached.
+    assert looks_like_hub_id("org/name") and looks_like_hub_id("gpt2")
+    assert not looks_like_hub_id("/abs/path") and not looks_like_hub_id("a/b/c") and not looks_like_hub_id("./x")
+    assert check("some-org/some-model-that-is-not-cached") is None
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    assert "HF_HUB_OFFLINE is set" in str(check("some-org/some-model-that-is-not-cached"))
+
+
+def test_sft_checkpoint(tmp_path: Path) -> None:
+    check = sft_checkpoint()
+    assert check(None) is None
+    assert check(str(tmp_path)) == f"holds no SFT checkpoint with a policy/hf/ export: {tmp_path}"
+    for step in (10, 20):
+        (tmp_path / f"step_{step}" / "policy" / "hf").mkdir(parents=True)
+    (tmp_path / "step_10" / "training_state.json").write_text("{}")  # step_20 never finished
+    assert check(str(tmp_path)) is None
+    assert find_sft_export(tmp_path) == (tmp_path / "step_10" / "policy" / "hf").resolve()
+    assert find_sft_export(tmp_path / "step_20") == (tmp_path / "step_20" / "policy" / "hf").resolve()
+
+
+def test_count_records(tmp_path: Path) -> None:
+    f = tmp_path / "d.jsonl"
+    f.write_text('{"a": 1}\n\n{"a": 2}\n   \n{"a": 3}')
+    assert count_records(str(f)) == 3
+
+
+# ---------------------------------------------------------------- failures as one line (pure)
+
+
+def test_describe_failure_of_driver_errors() -> None:
+    assert _cli.describe_failure(ValueError("batch size 64 exceeds the data set size 50\nmore")) == (
+        "ValueError: batch size 64 exceeds the data set size 50")
+    try:
+        try:
+            raise KeyError("lr")
+        except KeyError:
+            raise RuntimeError("the message meant for the user")
+    except RuntimeError as e:
+        assert _cli.describe_failure(e) == "RuntimeError: the message meant for the user"
+
+
+def test_describe_failure_sees_through_ray_errors_raised_during_cleanup() -> None:
+    """Stopping workers that already died (in a `finally`) raises again: the first error is the cause."""
+    from ray.exceptions import ActorDiedError
+
+    try:
+        try:
+            raise ValueError("batch size 64 exceeds the data set size 50")
+        finally:
+            raise ActorDiedError()
+    except ActorDiedError as e:
+        assert _cli.describe_failure(e) == "ValueError: batch size 64 exceeds the data set size 50"
+
+
+def test_describe_failure_of_ray_errors() -> None:
+    """Ray's own exception classes, built as Ray builds them (no cluster needed)."""
+    from ray.exceptions import ActorDiedError, RayTaskError
+
+    tb = 'Traceback (most recent call last):\n  File "w.py", line 3, in train\nValueError: loss is nan\n'
+    task = RayTaskError("train", tb, ValueError("loss is nan"), proctitle="ray::DTensorPolicyWorker.train",
+                        pid=7, ip="127.0.0.1", actor_repr="<worker>", actor_id="ab12")
+    assert _cli.describe_failure(task.as_instanceof_cause()) == (
+        "policy worker (DTensorPolicyWorker.train) failed: ValueError: loss is nan")
+    init_tb = tb.replace("in train", "in __init__").replace("loss is nan", "Invalid learning rate: -0.001")
+    init = RayTaskError("__init__", init_tb, ValueError("Invalid learning rate: -0.001"),
+                        proctitle="ray::DTensorPolicyWorker.__init__", pid=7, ip="127.0.0.1", actor_repr="<w>",
+                        actor_id="ab12")
+    assert _cli.describe_failure(ActorDiedError(init)) == (
+        "policy worker (DTensorPolicyWorker.__init__) failed: ValueError: Invalid learning rate: -0.001")
+    env = RayTaskError("score", tb, KeyError("answer"), proctitle="ray::MathEnvironment.score", pid=8,
+                       ip="127.0.0.1", actor_repr="<env>", actor_id="cd34")
+    assert _cli.describe_failure(env.as_instanceof_cause()) == (
+        "math environment (MathEnvironment.score) failed: KeyError: 'answer'")
+    died = ActorDiedError()
+    died.error_msg = ("The actor died unexpectedly before finishing this task.\n\tclass_name: DTensorPolicyWorker\n"
+                      "\tpid: 7\nThe actor is dead because its worker process has died.")
+    assert _cli.describe_failure(died) == (
+        "policy worker (DTensorPolicyWorker) failed: The actor is dead because its worker process has died.")
+
+
+def test_traceback_goes_to_the_log_dir_or_a_temp_file(tmp_path: Path) -> None:
+    try:
+        raise ValueError("boom")
+    except ValueError as e:
+        assert _cli._write_traceback(e, str(tmp_path / "logs")) == str(tmp_path / "logs" / "error.log")
+        fallback = Path(_cli._write_traceback(e, None))
+    assert "ValueError: boom" in (tmp_path / "logs" / "error.log").read_text()
+    assert fallback.name.startswith("nemo_rl_error_") and "ValueError: boom" in fallback.read_text()
+    fallback.unlink()
+
+
+# ---------------------------------------------------------------- the real scripts, refused early
+
+# Runs an example as `python examples/X.py ARGS` would, then reports which heavy modules it imported.
+_PROBE = """
+import json, runpy, sys
+script, report = sys.argv[1], sys.argv[2]
+sys.argv = [script] + sys.argv[3:]
+sys.path.insert(0, str(__import__("pathlib").Path(script).parent))
+try:
+    runpy.run_path(script, run_name="__main__")
+finally:
+    heavy = sorted(m for m in ("ray", "torch", "transformers") if m in sys.modules)
+    open(report, "w").write(json.dumps(heavy))
+"""
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+
+
+def run_script(script: str, *args: str, probe: Path | None = None, timeout: float = 120) -> tuple[subprocess.CompletedProcess[str], float]:
+    cmd = [sys.executable, str(EXAMPLES / script), *args]
+    if probe is not None:
+        cmd = [sys.executable, "-c", _PROBE, str(EXAMPLES / script), str(probe), *args]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=_env(), check=False)
+    return proc, time.perf_counter() - t0
+
+
+@pytest.mark.parametrize(
+    "script, override, fragment",
+    [
+        ("run_sft.py", "policy.model_name=/nonexistent/model", "policy.model_name does not exist"),
+        ("run_sft.py", "data.train_path=/nonexistent/train.jsonl", "data.train_path does not exist"),
+        ("run_sft.py", "policy.optimizer.lr=", "policy.optimizer.lr must be a finite number >= 0, got null"),
+        ("run_sft.py", "policy.optimizer.lr=-1e-3", "policy.optimizer.lr must be a finite number >= 0, got -0.001"),
+        ("run_sft.py", "sft.max_num_steps=0", "sft.max_num_steps must be an integer >= 1, got 0"),
+        ("run_sft.py", "--bogus", "unrecognized arguments: --bogus"),
+        ("run_grpo_math.py", "policy.init_from_sft=/nonexistent/ckpt", "policy.init_from_sft does not exist"),
+    ],
+)
+def test_bad_config_is_refused_before_anything_starts(in_repo: Path, tmp_path: Path, tracker: Any,
+                                                      script: str, override: str, fragment: str) -> None:
+    probe = tmp_path / "imported.json"
+    proc, elapsed = run_script(script, override, probe=probe)
+    tracker.track("elapsed_s", round(elapsed, 2))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: ") and fragment in proc.stderr
+    assert proc.stdout == ""
+    assert json.loads(probe.read_text()) == []  # neither Ray nor torch was even imported
+
+
+def test_bad_config_as_a_user_runs_it(in_repo: Path) -> None:
+    proc, _ = run_script("run_sft.py", "policy.model_name=/nonexistent/model")
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr.splitlines() == [
+        ("error: policy.model_name does not exist: /nonexistent/model "
+         "(a local model folder, or a Hugging Face Hub id such as org/name)")]
+
+
+def test_check_config_checks_and_exits(in_repo: Path) -> None:
+    proc, _ = run_script("run_grpo_math.py", "--check-config", "grpo.max_num_steps=3")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("config ok: ") and "Ray" not in proc.stdout + proc.stderr
+
+
+# ---------------------------------------------------------------- real runs: Ray starts
+
+_RAY_PREFIX = re.compile(r"^(\x1b\[[0-9;]*m)?\(\w+ pid=\d+")  # Ray's copy of a worker's output
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _group_members(pgid: int) -> list[int]:
+    members = []
+    for p in psutil.process_iter():
+        try:
+            if os.getpgid(p.pid) == pgid:
+                members.append(p.pid)
+        except (ProcessLookupError, psutil.Error):
+            pass
+    return members
+
+
+def test_worker_error_is_one_line_with_the_traceback_in_a_log(in_repo: Path, tmp_path: Path, tiny_llama: str) -> None:
+    """A model folder that passes the checks but whose weights are corrupt: the worker fails."""
+    model = tmp_path / "model"
+    shutil.copytree(tiny_llama, model)
+    (model / "model.safetensors").write_bytes(b"\x00\x01 not a safetensors file " * 4)
+    logs = tmp_path / "logs"
+    proc, _ = run_script("run_sft.py", f"policy.model_name={model}", f"logger.log_dir={logs}",
+                         "checkpointing.enabled=false", "logger.monitor_gpus=false", timeout=400)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, proc.stderr
+    assert errors[0].startswith("error: policy worker (DTensorPolicyWorker.__init__) failed: SafetensorError: ")
+    assert errors[0].endswith(f" (traceback: {logs / 'error.log'})")
+    assert "Traceback" not in proc.stdout + proc.stderr
+    ours = [line for line in proc.stderr.splitlines() if line.strip() and not _RAY_PREFIX.match(line)
+            and " -- " not in line]  # Ray's own log lines: "<date> INFO worker.py:N -- ..."
+    assert ours == errors
+    log = (logs / "error.log").read_text()
+    assert "Traceback (most recent call last)" in log and "dtensor_policy_worker.py" in log
+
+
+def test_ctrl_c_stops_cleanly(in_repo: Path, tmp_path: Path) -> None:
+    """SIGINT to the process group, as a terminal sends it, once training has started."""
+    proc = subprocess.Popen(
+        [sys.executable, str(EXAMPLES / "run_sft.py"), "sft.max_num_steps=100000", "sft.val_period=0",
+         f"logger.log_dir={tmp_path / 'logs'}", "checkpointing.enabled=false", "logger.monitor_gpus=false"],
+        cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    out: list[str] = []
+    deadline = time.monotonic() + 400
+    try:
+        while not any(re.match(r"step\s+1\b", line) for line in out):
+            line = lines.get(timeout=max(deadline - time.monotonic(), 0.1))
+            assert line is not None, "".join(out)
+            out.append(line)
+        children = _descendants(proc.pid)
+        os.killpg(proc.pid, signal.SIGINT)
+        rc = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    while (line := lines.get(timeout=30)) is not None:
+        out.append(line)
+    text = "".join(out)
+    assert rc == 130, text
+    assert "Traceback" not in text
+    assert "interrupted: stopping the workers and Ray" in text
+    _, alive = psutil.wait_procs(children, timeout=15)
+    assert [p.pid for p in alive] == [] and _group_members(proc.pid) == [], [p.cmdline() for p in alive]
