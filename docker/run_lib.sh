@@ -3,7 +3,8 @@
 # tests/run_functional_in_docker.sh. Not meant to be run by itself.
 #
 # nrl_docker_run USAGE CMD [ARGS...]
-#   Checks that docker exists and CONTAINER is set (USAGE + exit 2 otherwise), then runs
+#   Checks that docker exists, CONTAINER is set (USAGE + exit 2 otherwise) and a daemon
+#   answers (one line + exit 2 otherwise), then runs
 #   CMD in $CONTAINER with the repository mounted at /workspace, through
 #   docker/entrypoint.sh (root inside, files handed back to the invoking user at the end),
 #   and exits with CMD's exit status.
@@ -51,6 +52,12 @@ nrl_docker_run() {
   if [[ -z "${CONTAINER:-}" ]]; then
     printf '%s\n' "$usage" >&2
     echo "error: CONTAINER is not set (build an image with: bash docker/build.sh)" >&2
+    exit 2
+  fi
+
+  local why
+  if ! why="$(docker info --format '{{.ServerVersion}}' 2>&1 >/dev/null)"; then
+    echo "error: no Docker daemon answers (${why%%$'\n'*}); start it (e.g. 'sudo systemctl start docker', or 'dockerd &') or set DOCKER_HOST" >&2
     exit 2
   fi
 

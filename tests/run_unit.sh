@@ -8,8 +8,12 @@ set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-python}"
 
-# find_spec, not import: importing Ray takes seconds.
-if ! "$PYTHON" -c 'import importlib.util as u, sys; sys.exit(not (u.find_spec("pytest") and u.find_spec("ray")))' >/dev/null 2>&1; then
+wants_help=0
+for arg in "$@"; do [[ "$arg" == "-h" || "$arg" == "--help" ]] && wants_help=1; done
+command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3   # outside a venv there may be no `python`
+
+# find_spec, not import: importing Ray takes seconds. --help needs neither.
+if (( ! wants_help )) && ! "$PYTHON" -c 'import importlib.util as u, sys; sys.exit(not (u.find_spec("pytest") and u.find_spec("ray")))' >/dev/null 2>&1; then
     echo "run_unit: pytest and ray must be importable by '$PYTHON';" \
          "run it as: uv run --group test bash tests/run_unit.sh" >&2
     exit 2

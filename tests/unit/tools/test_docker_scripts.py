@@ -518,3 +518,14 @@ def test_entrypoint_hands_new_files_back_to_the_host_user(tmp_path: Path) -> Non
         if mode is not None:
             assert stat.S_IMODE(st.st_mode) == mode, path
     assert (ws / ".venv/y").stat().st_uid == 0
+
+
+@pytest.mark.skipif(shutil.which("docker") is None, reason="needs the real docker client on PATH")
+@pytest.mark.parametrize("script", ["tests/run_unit_in_docker.sh", "tests/run_functional_in_docker.sh"])
+def test_no_docker_daemon_is_one_clear_line(script: str) -> None:
+    # The real docker client, pointed at a socket nobody serves: what a stopped daemon looks like.
+    env = {**os.environ, "CONTAINER": "img:1", "DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+    res = subprocess.run([BASH, str(REPO / script), "functional/sft.sh"], env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2
+    assert res.stderr.startswith("error: no Docker daemon answers (")
+    assert len(res.stderr.strip().splitlines()) == 1

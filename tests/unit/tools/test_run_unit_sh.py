@@ -101,3 +101,12 @@ def test_missing_pytest_or_ray_says_how_to_run_it(project: Path, tmp_path: Path)
     proc = _run(project, python=str(bare))
     assert proc.returncode == 2
     assert "run it as: uv run --group test bash tests/run_unit.sh" in proc.stderr
+
+
+def test_help_needs_neither_pytest_nor_ray(project: Path, tmp_path: Path) -> None:
+    bare = tmp_path / "bare-python"
+    bare.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')  # -S: no site-packages
+    bare.chmod(0o755)
+    proc = _run(project, "--help", python=str(bare))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: bash tests/run_unit.sh")

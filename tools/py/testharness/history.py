@@ -212,7 +212,9 @@ def load_history(directory: Path, last: int | None = None) -> History:
     for path in sorted(directory.glob("*.json")):
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            runs.append(parse_run(path, data))
+            run = parse_run(path, data)
+            if run.tests or run.metrics:  # a run that executed no test says nothing about any
+                runs.append(run)
         except (OSError, UnicodeDecodeError) as exc:
             history.warnings.append(f"skipped {path}: cannot read it ({exc.__class__.__name__}: {exc})")
         except json.JSONDecodeError as exc:

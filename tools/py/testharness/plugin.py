@@ -5,6 +5,7 @@ module (root conftest.py, or `-p testharness.plugin`) loads them all.
 """
 
 pytest_plugins = [
+    "testharness.interrupts",
     "testharness.selection",
     "testharness.tracker",
     "testharness.sharding",

@@ -6,13 +6,15 @@ coverage, memory_unit, memory_source, tests. See docs/readme/unit-tests.md.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import math
 import os
 import subprocess
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
+from collections.abc import Iterable
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from testharness.atomic_io import hidden_temp_beside, write_new_file, write_text_atomic
@@ -28,15 +30,41 @@ class MetricError(TypeError):
     """A tracked metric that cannot go into the JSON file (message names the metric)."""
 
 
-def metric_key(nodeid: str) -> str:
+def metric_key(nodeid: str, ambiguous_stems: frozenset[str] = frozenset()) -> str:
     """`tests/unit/x/test_a.py::TestC::test_b[p1]` -> `test_a::TestC::test_b[p1]`.
 
     The module part is the file stem (as in the documented `test_module::test_function`); the
     rest of the node id, parameter id included, is kept so parametrised cases never merge.
+    Where two test files share a stem (`a/test_x.py`, `b/test_x.py`), the module part is the
+    file's path without `.py` instead (`tests/unit/a/test_x::test`), so keys stay unique.
     """
     path, sep, rest = nodeid.partition("::")
     stem = Path(path).stem
-    return f"{stem}{sep}{rest}" if sep else stem
+    module = str(Path(path).with_suffix("").as_posix()) if stem in ambiguous_stems else stem
+    return f"{module}{sep}{rest}" if sep else module
+
+
+def ambiguous_stems(test_files: Iterable[str]) -> frozenset[str]:
+    """File stems shared by two or more of `test_files` (paths as in node ids)."""
+    seen: dict[str, set[str]] = {}
+    for path in test_files:
+        seen.setdefault(PurePosixPath(path).stem, set()).add(path)
+    return frozenset(stem for stem, paths in seen.items() if len(paths) > 1)
+
+
+def test_files_under(roots: Iterable[Path], rootdir: Path, patterns: Iterable[str]) -> set[str]:
+    """Test files (names matching `patterns`, e.g. pytest's python_files) under `roots`, as
+    POSIX paths relative to `rootdir`: a key must not change with the tests a run selects."""
+    globs = list(patterns)
+    found: set[str] = set()
+    for root in roots:
+        for path in root.rglob("*.py"):
+            if any(fnmatch.fnmatch(path.name, g) for g in globs):
+                try:
+                    found.add(path.relative_to(rootdir).as_posix())
+                except ValueError:
+                    found.add(path.as_posix())
+    return found
 
 
 def check_metric(name: object, value: Any) -> Any:
@@ -161,3 +189,10 @@ def write_results(results_dir: Path, data: dict[str, Any], start: datetime) -> t
     write_json_atomic(latest, data, text)
     dated = write_json_new(results_dir / DATED_DIR, start.strftime(DATED_FORMAT), data, text)
     return latest, dated
+
+
+def rewrite_results(paths: Iterable[Path], data: dict[str, Any]) -> None:
+    """Replace already written results files (the latest and its dated copy) with `data`."""
+    text = _dump(data)
+    for path in paths:
+        write_json_atomic(path, data, text)

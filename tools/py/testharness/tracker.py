@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -46,9 +46,14 @@ class _State:
     memory_source: str = "none"
     cluster_read: bool = False
     deselected: int = 0
-    started: bool = False
-    written: bool = False
+    session: pytest.Session | None = None
+    ambiguous_stems: frozenset[str] = frozenset()  # test file names found in two folders
+    document: dict[str, Any] | None = None  # what was written, and where
+    paths: tuple[Path, ...] = ()
     written_to: str = ""
+
+    def key(self, nodeid: str) -> str:
+        return results.metric_key(nodeid, self.ambiguous_stems)
 
 
 _STATE = pytest.StashKey[_State]()
@@ -128,7 +133,7 @@ def _merge(before: str, phase: str, when: str) -> str:
 
 def _finish_attempt(st: _State, nodeid: str) -> None:
     outcome, duration = st.pending.pop(nodeid)
-    rec = st.tests.setdefault(nodeid, results.OutcomeRecord(key=results.metric_key(nodeid)))
+    rec = st.tests.setdefault(nodeid, results.OutcomeRecord(key=st.key(nodeid)))
     rec.outcome, rec.duration = outcome, duration
     rec.attempts.append(outcome)
 
@@ -171,7 +176,8 @@ class Tracker:
 @pytest.fixture
 def tracker(request: pytest.FixtureRequest) -> Iterator[Tracker]:
     """Metrics for this test, written to unit_results.json; `_elapsed` is recorded for you."""
-    t = Tracker(_state(request.config), results.metric_key(request.node.nodeid))
+    state = _state(request.config)
+    t = Tracker(state, state.key(request.node.nodeid))
     start = time.perf_counter()
     try:
         yield t
@@ -206,23 +212,31 @@ def _write_summary(session: pytest.Session, st: _State) -> None:
     results.write_json_atomic(Path(path), summary)
 
 
+def _is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def _writes_results(config: pytest.Config) -> bool:
+    """Runs that execute no test leave no record: they would only dilute the history."""
+    return not (config.option.collectonly or config.getoption("shard_plan", False))
+
+
 def _write(session: pytest.Session, st: _State) -> None:
-    if st.written or not st.started:
-        return
-    st.written = True
+    if _is_xdist_worker(session.config):
+        return  # the controller sees every report (metrics ride on them) and writes once
     for nodeid in list(st.pending):  # an attempt cut short (Ctrl-C, crash) has no teardown
         outcome, dur = st.pending[nodeid]
         st.pending[nodeid] = ("error" if outcome == "passed" else outcome, dur)
         _finish_attempt(st, nodeid)
     _write_summary(session, st)
-    if st.results_dir is None:
+    if st.results_dir is None or not _writes_results(session.config):
         return
     names = set(st.gpu_names)
     try:
         names.update(gpu.gpu_types())
     except Exception:
         pass
-    data = results.build_results(
+    st.document = results.build_results(
         exit_status=int(session.exitstatus),
         git_commit=results.git_commit(st.settings.root),
         start=st.start,
@@ -232,8 +246,18 @@ def _write(session: pytest.Session, st: _State) -> None:
         memory_source=st.memory_source,
         tests=st.tests,
     )
-    latest, dated = results.write_results(st.results_dir, data, st.start)
-    st.written_to = f"unit results: {latest} (copy: {dated})"
+    st.paths = results.write_results(st.results_dir, st.document, st.start)
+    st.written_to = f"unit results: {st.paths[0]} (copy: {st.paths[1]})"
+
+
+def _amend_exit_status(session: pytest.Session, st: _State) -> None:
+    """A plugin may still change the exit status after the files were written: follow it."""
+    status = int(session.exitstatus)
+    if st.document is None or st.document["exit_status"] == status:
+        return
+    st.document["exit_status"] = status
+    _write_summary(session, st)
+    results.rewrite_results(st.paths, st.document)
 
 
 class _Recorder:
@@ -244,14 +268,31 @@ class _Recorder:
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.st.start = datetime.now()
-        self.st.started = True
+        self.st.session = session
         self.st.results_dir = _results_dir(session, self.st)
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        files = {item.nodeid.partition("::")[0] for item in session.items}
+        roots = tuple(r for r in self.st.settings.test_roots if r.is_dir())
+        files.update(results.test_files_under(roots, session.config.rootpath, session.config.getini("python_files")))
+        self.st.ambiguous_stems = results.ambiguous_stems(files)
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
         self.st.deselected += len(items)
 
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+        report = yield
+        if call.when == "teardown" and _is_xdist_worker(item.config):
+            # Carried to the controller with the report (xdist serialises its attributes).
+            report.testharness_metrics = self.st.metrics.get(self.st.key(item.nodeid))
+        return report
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         st = self.st
+        metrics = getattr(report, "testharness_metrics", None)
+        if isinstance(metrics, dict):  # from an xdist worker (in the worker: the same dict)
+            st.metrics[st.key(report.nodeid)] = metrics
         phase = _phase_outcome(report)
         if report.when == "setup" or report.nodeid not in st.pending:
             st.pending[report.nodeid] = (phase, report.duration)
@@ -279,13 +320,22 @@ class _Recorder:
         if self.st.written_to:
             terminalreporter.write_line(self.st.written_to)
 
-    @pytest.hookimpl(trylast=True)
-    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+    # The innermost wrapper: its code after `yield` runs once every plain implementation
+    # (pytest-testmon's and sharding's trylast ones change the exit status) is done, and
+    # before the terminal reporter's wrapper prints the summary with our line.
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> Generator[None, None, None]:
         try:
-            # session.exitstatus, not the argument: it is what pytest will exit with, after
-            # earlier hooks changed it (pytest-testmon turns "no tests" into 0 when it deselected them).
-            _write(session, self.st)
-        except Exception as exc:  # never turn a finished session into an internal error
-            print(f"testharness: could not write unit results: {exc}", file=sys.stderr)
+            return (yield)
+        finally:
+            try:
+                _write(session, self.st)
+            except Exception as exc:  # never turn a finished session into an internal error
+                print(f"testharness: could not write unit results: {exc}", file=sys.stderr)
 
-
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self.st.session is not None:
+            try:
+                _amend_exit_status(self.st.session, self.st)
+            except Exception as exc:
+                print(f"testharness: could not update unit results: {exc}", file=sys.stderr)

@@ -6,9 +6,11 @@ test assets, the pytest command, and what pytest's exit code means for the scrip
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -147,8 +149,14 @@ def _count(summary: dict[str, object] | None, key: str) -> int:
     return value if isinstance(value, int) else 0
 
 
-def interpret_exit(code: int, summary: dict[str, object] | None) -> tuple[int, str]:
-    """(the script's exit code, the closing line) for pytest's exit code."""
+def interpret_exit(code: int, summary: dict[str, object] | None, stopped_by: str | None = None) -> tuple[int, str]:
+    """(the script's exit code, the closing line) for pytest's exit code; `stopped_by`: the
+    stop signal this script received and passed on, if any."""
+    if stopped_by is not None or code < 0:
+        name = stopped_by or signal.Signals(-code).name
+        results = summary.get("results") if summary else None
+        where = f"; results of the tests that ran: {results}" if results else ""
+        return INTERRUPTED, f"run_unit: interrupted by {name}{where}"
     if code == OK:
         return 0, "run_unit: all selected tests passed"
     if code == TESTS_FAILED:
@@ -225,11 +233,52 @@ def main(argv: list[str] | None = None) -> int:
         env["TESTHARNESS_SUMMARY_FILE"] = str(summary_file)
         cmd = pytest_command(plan, settings, cwd)
         print("run_unit: " + " ".join(cmd[1:]), flush=True)
-        code = subprocess.call(cmd, env=env)
-        status, message = interpret_exit(code, _read_summary(summary_file))
+        code, stopped_by = run_forwarding_signals(cmd, env)
+        status, message = interpret_exit(code, _read_summary(summary_file), stopped_by)
     print(message, file=sys.stderr if status else sys.stdout)
     return status
 
 
+# --- signals ------------------------------------------------------------------------------
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _terminal_sent_it_to_the_child() -> bool:
+    """Whether a SIGINT came from our terminal's Ctrl-C, which reaches the whole foreground
+    process group (pytest included): forwarding it would deliver it twice."""
+    try:
+        with open("/dev/tty", "rb") as tty:
+            return os.tcgetpgrp(tty.fileno()) == os.getpgrp()
+    except OSError:
+        return False
+
+
+def run_forwarding_signals(cmd: list[str], env: dict[str, str]) -> tuple[int, str | None]:
+    """Run pytest; SIGINT/SIGTERM/SIGHUP sent to this process are passed on to it, and we wait
+    for it to finish (its results file included). (exit code, name of the first stop signal)."""
+    proc = subprocess.Popen(cmd, env=env)
+    received: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        received.append(signum)
+        if signum == signal.SIGINT and _terminal_sent_it_to_the_child():
+            return
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signum)
+
+    previous = {s: signal.signal(s, forward) for s in STOP_SIGNALS}
+    try:
+        code = proc.wait()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    return code, signal.Signals(received[0]).name if received else None
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # Ctrl-C before pytest started (Ray discovery, assets)
+        print("run_unit: interrupted before the tests started", file=sys.stderr)
+        sys.exit(INTERRUPTED)
