@@ -1,16 +1,74 @@
-"""Start or join a Ray cluster.
+"""Start or join a Ray cluster, and how long to wait on it.
 
 `init_ray()` joins an existing cluster when RAY_ADDRESS is set or a `ray start` head is
-running on this machine; otherwise it starts a local one sized to the machine.
+running on this machine; otherwise it starts a local one sized to the machine
+(`start_local_ray`).
+
+Starting Ray on a busy machine: the raylet gives the dashboard agent a fixed ~15 s to
+report its ports (Ray 2.x; no setting changes it) and aborts when the agent, a Python
+process importing much of Ray, is slower than that; `ray.init` then fails 30 s later with
+"The current node timed out during startup". Such an attempt is cleaned up and retried
+until NRL_RAY_START_TIMEOUT_S has passed, and then fails with one line saying what was
+waited for and where Ray's logs are. Waits on actors (worker groups becoming ready,
+reservations, graceful exits) are bounded by NRL_RAY_WAIT_TIMEOUT_S.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 import os
+import re
 import socket
+import time
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import ray
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT_ENV = "NRL_RAY_START_TIMEOUT_S"
+WAIT_TIMEOUT_ENV = "NRL_RAY_WAIT_TIMEOUT_S"
+# A failed attempt on a loaded 2-core machine takes about a minute (the dashboard starts,
+# the raylet gives up after ~15 s, ray.init after 30 s more); a good one 10-40 s.
+DEFAULT_START_TIMEOUT_S = 300.0
+# An actor's constructor: a worker process to start, torch to import, a model to load (a
+# minute or two for the tiny test models on a loaded 2-core machine; more for a large model).
+DEFAULT_WAIT_TIMEOUT_S = 600.0
+
+
+class RayStartError(RuntimeError):
+    """Ray did not start in time."""
+
+
+class RayWaitTimeout(TimeoutError):
+    """An actor, task or reservation was not ready in time."""
+
+
+def timeout_from_env(name: str, default: float) -> float:
+    """Seconds from environment variable `name` (a positive number), else `default`."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{name}={raw!r}: expected a number of seconds greater than 0")
+    return value
+
+
+def ray_start_timeout_s() -> float:
+    """How long `start_local_ray` keeps trying: NRL_RAY_START_TIMEOUT_S, default 300."""
+    return timeout_from_env(START_TIMEOUT_ENV, DEFAULT_START_TIMEOUT_S)
+
+
+def ray_wait_timeout_s() -> float:
+    """How long to wait on actors and reservations: NRL_RAY_WAIT_TIMEOUT_S, default 600."""
+    return timeout_from_env(WAIT_TIMEOUT_ENV, DEFAULT_WAIT_TIMEOUT_S)
 
 
 @dataclass(frozen=True)
@@ -55,6 +113,118 @@ def count_local_gpus() -> int:
         return 0
 
 
+_TIMED_OUT = re.compile(r"timed out|timeout|deadline exceeded", re.IGNORECASE)
+
+
+def _is_start_timeout(exc: BaseException) -> bool:
+    """A start that ran out of one of Ray's own fixed waits (worth another attempt), as
+    opposed to a wrong argument or a broken installation (raised at once)."""
+    return isinstance(exc, TimeoutError) or bool(_TIMED_OUT.search(str(exc)))
+
+
+def _failed_node(exc: BaseException) -> Any:
+    """The `ray._private.node.Node` whose constructor raised `exc`, if any: its processes
+    (GCS, dashboard, monitor, raylet) are still running and nothing else will stop them."""
+    try:
+        from ray._private.node import Node
+    except ImportError:  # another Ray layout: nothing to clean up by hand
+        return None
+    tb = exc.__traceback__
+    while tb is not None:
+        candidate = tb.tb_frame.f_locals.get("self")
+        if isinstance(candidate, Node):
+            return candidate
+        tb = tb.tb_next
+    return None
+
+
+def _raylet_reason(logs_dir: str | None) -> str | None:
+    """The raylet's fatal line, shortened ("Timed out waiting for file metrics_agent_port_…")."""
+    if not logs_dir:
+        return None
+    try:
+        text = (Path(logs_dir) / "raylet.out").read_text(errors="replace")
+    except OSError:
+        return None
+    fatal = [line for line in text.splitlines() if "Check failed" in line]
+    if not fatal:
+        return None
+    reason = fatal[-1].split("Check failed:", 1)[1].strip()
+    reason = reason.split(" ", 1)[1] if " " in reason else reason  # drop the failed expression
+    reason = re.sub(r"\S*/(\S+)", r"\1", reason)  # paths -> file names
+    reason = re.sub(r"_[0-9a-f]{16,}", "_<node>", reason)
+    if "agent_port" in reason:
+        reason += " (a Ray agent process started too slowly)"
+    return reason[:200]
+
+
+def _clean_up_failed_start(exc: BaseException) -> str | None:
+    """Stop what a failed `ray.init` left running; return its logs directory, if known."""
+    node = _failed_node(exc)
+    logs_dir = None
+    if node is not None:
+        try:
+            logs_dir = node.get_logs_dir_path()
+        except Exception:  # noqa: BLE001  diagnostics only
+            pass
+        try:
+            node.kill_all_processes(check_alive=False, allow_graceful=False, wait=True)
+        except Exception as kill_error:  # noqa: BLE001  best effort; the reaper ends them at exit
+            log.warning("could not stop the processes of a failed Ray start: %s", kill_error)
+    try:
+        ray.shutdown()  # the driver side, when it got that far
+    except Exception:  # noqa: BLE001
+        pass
+    return logs_dir
+
+
+def start_local_ray(
+    num_cpus: int | None = None,
+    num_gpus: int | None = None,
+    timeout_s: float | None = None,
+    **init_kwargs: Any,
+) -> None:
+    """Start a new local Ray cluster in this process (never joins one), retrying attempts
+    that ran out of Ray's own start-up waits until `timeout_s` (NRL_RAY_START_TIMEOUT_S,
+    default 300) has passed; then raise RayStartError saying what was waited for."""
+    timeout = timeout_s if timeout_s is not None else ray_start_timeout_s()
+    kwargs: dict[str, Any] = {"include_dashboard": False, "_node_ip_address": "127.0.0.1", **init_kwargs}
+    if "RAY_worker_niceness" not in os.environ:
+        # Ray renices its workers to 15 so they cannot starve the driver; here the workers are
+        # the job (the driver mostly waits on them), and at nice 15 beside any busy process
+        # they get ~3% of a core: importing torch in an actor then takes minutes.
+        kwargs["_system_config"] = {"worker_niceness": 0, **kwargs.get("_system_config", {})}
+    began = time.monotonic()
+    attempt = 0
+    while True:
+        attempt += 1
+        attempt_began = time.monotonic()
+        try:
+            ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, **kwargs)
+            if attempt > 1:
+                log.warning("Ray started at attempt %d, after %.0f s", attempt, time.monotonic() - began)
+            return
+        except Exception as exc:
+            if not _is_start_timeout(exc):
+                raise
+            logs_dir = _clean_up_failed_start(exc)
+            now = time.monotonic()
+            first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            detail = first_line.split(". ")[0]
+            raylet = _raylet_reason(logs_dir)
+            if raylet:
+                detail += f"; raylet: {raylet}"
+            if now - began >= timeout:
+                where = f"; Ray's logs: {logs_dir}" if logs_dir else ""
+                raise RayStartError(
+                    f"Ray did not start within {timeout:g} s ({attempt} attempt(s) in {now - began:.0f} s; "
+                    f"last: {detail}{where}). The machine may be too busy: set {START_TIMEOUT_ENV} "
+                    f"to keep trying longer."
+                ) from None
+            log.warning("Ray start attempt %d failed after %.0f s (%s); trying again",
+                        attempt, now - attempt_began, detail)
+
+
 def init_ray(num_cpus: int | None = None, num_gpus: int | None = None) -> ClusterInfo:
     """Connect to (or start) Ray once per process; later calls return the same cluster."""
     started_here = False
@@ -63,12 +233,9 @@ def init_ray(num_cpus: int | None = None, num_gpus: int | None = None) -> Cluste
         if address:
             ray.init(address=address, log_to_driver=True)
         else:
-            ray.init(
-                address="local",
+            start_local_ray(
                 num_cpus=num_cpus if num_cpus is not None else os.cpu_count() or 1,
                 num_gpus=num_gpus if num_gpus is not None else count_local_gpus(),
-                include_dashboard=False,
-                _node_ip_address="127.0.0.1",
             )
             started_here = True
     resources = ray.cluster_resources()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 
+from nemo_rl.distributed.ray_cluster import WAIT_TIMEOUT_ENV, ray_wait_timeout_s
+
 
 class ClusterTooSmall(RuntimeError):
     """The cluster cannot hold the requested workers."""
@@ -18,7 +20,7 @@ class RayVirtualCluster:
         num_workers: int,
         gpus_per_worker: float = 0,
         cpus_per_worker: float = 0.5,
-        timeout_s: float = 60.0,
+        timeout_s: float | None = None,
     ) -> None:
         if num_workers < 1:
             raise ValueError(f"num_workers must be >= 1, got {num_workers}")
@@ -35,14 +37,16 @@ class RayVirtualCluster:
                     f"{num_workers} workers need {amount * num_workers:g} {res}, "
                     f"the Ray cluster has {available.get(res, 0):g}"
                 )
+        # Free resources may be held by another test's group (xdist workers share a cluster).
+        timeout = timeout_s if timeout_s is not None else ray_wait_timeout_s()
         self.placement_group: PlacementGroup = placement_group([dict(bundle)] * num_workers, strategy="PACK")
         try:
-            ray.get(self.placement_group.ready(), timeout=timeout_s)
+            ray.get(self.placement_group.ready(), timeout=timeout)
         except ray.exceptions.GetTimeoutError:
             remove_placement_group(self.placement_group)
             raise ClusterTooSmall(
-                f"could not reserve {num_workers} x {bundle} within {timeout_s:.0f} s "
-                f"(free now: {ray.available_resources()})"
+                f"could not reserve {num_workers} x {bundle} within {timeout:g} s "
+                f"(free now: {ray.available_resources()}); set {WAIT_TIMEOUT_ENV} to wait longer"
             ) from None
 
     @property

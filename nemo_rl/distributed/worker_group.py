@@ -9,12 +9,14 @@ from __future__ import annotations
 import importlib
 import os
 import socket
+import time
 from typing import Any, Sequence
 
 import psutil
 import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from nemo_rl.distributed.ray_cluster import WAIT_TIMEOUT_ENV, RayWaitTimeout, ray_wait_timeout_s
 from nemo_rl.distributed.virtual_cluster import RayVirtualCluster
 
 # Environment that must reach every worker unchanged (multicast must stay off on shared GPUs).
@@ -43,13 +45,54 @@ def _where(_actor: object) -> tuple[str, int]:
     return ray.get_runtime_context().get_node_id(), os.getpid()
 
 
-def terminate_actors(actors: Sequence[Any], timeout_s: float = 30.0) -> None:
-    """End actors gracefully so their atexit handlers (coverage data) run; kill the stuck ones."""
+def wait_until_ready(actors: Sequence[Any], names: Sequence[str], timeout_s: float | None = None) -> None:
+    """Wait until every actor's constructor has returned (NRL_RAY_WAIT_TIMEOUT_S, default
+    600 s); a constructor that raised raises here, one that is late raises RayWaitTimeout
+    naming the actor."""
+    timeout = timeout_s if timeout_s is not None else ray_wait_timeout_s()
+    refs = {a.__ray_ready__.remote(): name for a, name in zip(actors, names)}
+    late = list(refs)
+    deadline = time.monotonic() + timeout
+    while late and (left := deadline - time.monotonic()) > 0:
+        ready, late = ray.wait(late, num_returns=1, timeout=left)
+        ray.get(ready)  # a constructor that raised: its error now, not after the others' timeout
+    if late:
+        raise RayWaitTimeout(
+            f"actor {', '.join(refs[r] for r in late)} did not become ready within {timeout:g} s "
+            f"(its constructor is still running, or Ray could not start or place it; free now: "
+            f"{_free_resources()}); set {WAIT_TIMEOUT_ENV} to wait longer"
+        )
+
+
+def _free_resources() -> dict[str, float]:
+    return {k: v for k, v in ray.available_resources().items() if k in ("CPU", "GPU", "memory")}
+
+
+# An idle actor answers a trivial call within this on a loaded machine; one that does not is
+# in the middle of a call (a hung collective, a test that failed) and is killed instead.
+_ANSWER_TIMEOUT_S = 60.0
+
+
+def terminate_actors(actors: Sequence[Any], timeout_s: float | None = None) -> None:
+    """End actors gracefully so their atexit handlers (coverage data) run, allowing them
+    `timeout_s` (default NRL_RAY_WAIT_TIMEOUT_S) to exit; kill the ones that are busy in a
+    call or do not exit in time."""
     if not actors:
         return
-    places = ray.get([a.__ray_call__.remote(_where) for a in actors])
-    refs = {a.__ray_terminate__.remote(): a for a in actors}
-    _, stuck = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
+    timeout = timeout_s if timeout_s is not None else ray_wait_timeout_s()
+    asked = {a.__ray_call__.remote(_where): a for a in actors}
+    answered, busy = ray.wait(list(asked), num_returns=len(asked), timeout=min(timeout, _ANSWER_TIMEOUT_S))
+    for ref in busy:
+        ray.kill(asked[ref], no_restart=True)
+    places, idle = [], []
+    for ref in answered:
+        try:
+            places.append(ray.get(ref))
+            idle.append(asked[ref])
+        except ray.exceptions.RayError:  # dead already: nothing to end
+            pass
+    refs = {a.__ray_terminate__.remote(): a for a in idle}
+    _, stuck = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
     for ref in stuck:
         ray.kill(refs[ref], no_restart=True)
     # The terminate call returns before the process has finished exiting: wait for the
@@ -62,7 +105,7 @@ def terminate_actors(actors: Sequence[Any], timeout_s: float = 30.0) -> None:
                 procs.append(psutil.Process(pid))
             except psutil.NoSuchProcess:
                 pass
-    psutil.wait_procs(procs, timeout=timeout_s)
+    psutil.wait_procs(procs, timeout=timeout)
 
 
 def init_distributed() -> None:
@@ -94,11 +137,18 @@ class RayWorkerGroup:
         self.cluster = cluster
         cls = resolve_class(actor_class)
         pg = cluster.placement_group
-        master_addr, master_port = ray.get(
-            _rendezvous_address.options(
-                scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0)
-            ).remote()
-        )
+        timeout = ray_wait_timeout_s()
+        address_ref = _rendezvous_address.options(
+            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0)
+        ).remote()
+        try:
+            master_addr, master_port = ray.get(address_ref, timeout=timeout)
+        except ray.exceptions.GetTimeoutError:
+            ray.cancel(address_ref, force=True)
+            raise RayWaitTimeout(
+                f"task _rendezvous_address (picks rank 0's port) did not run within {timeout:g} s "
+                f"(free now: {_free_resources()}); set {WAIT_TIMEOUT_ENV} to wait longer"
+            ) from None
         world = cluster.num_workers
         base_env = {k: os.environ[k] for k in _FORWARDED_ENV if k in os.environ}
         base_env.update(env_vars or {})
@@ -115,6 +165,13 @@ class RayWorkerGroup:
                     runtime_env={"env_vars": env},
                 ).remote(*args, **kwargs)
             )
+        try:
+            wait_until_ready(self.workers, [f"{cls.__name__} rank {r} of {world}" for r in range(world)], timeout)
+        except BaseException:
+            for worker in self.workers:  # nothing may outlive a group that never started
+                ray.kill(worker, no_restart=True)
+            self.workers = []
+            raise
 
     @property
     def world_size(self) -> int:

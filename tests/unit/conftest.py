@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 UNIT_DIR = Path(__file__).resolve().parent
+
+# Ray renices its workers to 15: beside any busy process (another job on a CI machine) an
+# actor then gets ~3% of a core and a test that takes 6 s takes minutes. Every Ray cluster the
+# tests start, here or in a subprocess, runs its workers at normal priority (nemo_rl's
+# start_local_ray does the same for the clusters it starts).
+os.environ.setdefault("RAY_worker_niceness", "0")
 ASSETS = UNIT_DIR / "test_assets"
 
 
@@ -37,10 +44,13 @@ def ray_cluster() -> Iterator[object]:
     """Start Ray once for the session (or join RAY_ADDRESS / a local head) and stop what we started."""
     import ray
 
-    from nemo_rl.distributed.ray_cluster import init_ray
+    from nemo_rl.distributed.ray_cluster import RayStartError, init_ray
 
     already = ray.is_initialized()
-    info = init_ray()
+    try:
+        info = init_ray()  # a busy machine: retried for up to NRL_RAY_START_TIMEOUT_S
+    except RayStartError as exc:
+        pytest.fail(str(exc), pytrace=False)  # one line, repeated by every test that needs Ray
     yield info
     if not already:
         ray.shutdown()

@@ -158,7 +158,19 @@ def test_results_go_to_the_configured_dir_only_for_the_test_roots(
     assert list(doc["tests"]) == ["tests/unit/test_u.py::test_u"]
 
 
-@pytest.mark.timeout(180)
+def _ray_budget_s() -> float:
+    """Time for the inner run: Ray's start (retried for up to NRL_RAY_START_TIMEOUT_S, 300 s by
+    default, as nemo_rl.distributed.ray_cluster reads it: importing it here would tie every
+    test of this file to the library), plus one attempt, an actor and pytest itself on a
+    loaded machine."""
+    try:
+        start = float(os.environ.get("NRL_RAY_START_TIMEOUT_S") or 300)
+    except ValueError:
+        start = 300.0  # the inner run then stops at once, naming the variable
+    return start + 300
+
+
+@pytest.mark.timeout(_ray_budget_s() + 30)
 def test_coverage_includes_code_run_in_ray_actors(pytester: pytest.Pytester) -> None:
     """`--cov` counts a function that only a Ray actor runs (coverage's patch=subprocess)."""
     pytester.makepyprojecttoml('[tool.coverage.run]\npatch = ["subprocess"]\n')
@@ -172,10 +184,14 @@ def test_coverage_includes_code_run_in_ray_actors(pytester: pytest.Pytester) -> 
 import os
 
 import psutil
+import pytest
 import ray
 
+from nemo_rl.distributed.ray_cluster import ray_wait_timeout_s, start_local_ray
+from nemo_rl.distributed.worker_group import wait_until_ready
+
 def test_actor():
-    ray.init(num_cpus=1, include_dashboard=False)
+    start_local_ray(num_cpus=1)  # a cluster of its own; retried while the machine is too busy
     try:
         @ray.remote
         class Worker:
@@ -184,15 +200,18 @@ def test_actor():
                 return only_in_actor(x), os.getpid()
 
         w = Worker.remote()
+        wait_until_ready([w], ["Worker"])
         value, pid = ray.get(w.run.remote(1))
         assert value == 4
         # A graceful exit runs the worker's atexit handlers (coverage saves its data there);
         # wait for it: ray.shutdown() kills workers that are still running.
         w.__ray_terminate__.remote()
         try:
-            psutil.Process(pid).wait(timeout=60)
+            psutil.Process(pid).wait(timeout=ray_wait_timeout_s())
         except psutil.NoSuchProcess:
             pass
+        except psutil.TimeoutExpired:
+            pytest.fail(f"actor Worker (pid {pid}) did not exit within {ray_wait_timeout_s():g} s of __ray_terminate__")
     finally:
         ray.shutdown()
 """
@@ -202,7 +221,7 @@ def test_actor():
     out = pytester.path / "results"
     result = pytester.runpytest_subprocess(
         *HARNESS_PLUGINS, "--cov=pkg", "--cov-report=term-missing", f"--unit-results-dir={out}",
-        timeout=170,
+        timeout=_ray_budget_s(),
     )  # fmt: skip
     result.assert_outcomes(passed=1)
     doc = json.loads((out / "unit_results.json").read_text())
