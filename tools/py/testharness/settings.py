@@ -14,6 +14,8 @@ DEFAULT_RESULTS_DIR = "tests/unit"
 DEFAULT_TEST_ROOTS = ("tests/unit",)
 DEFAULT_ASSETS_SCRIPT = "tests/unit/prepare_unit_test_assets.py"
 DEFAULT_ASSETS_DIR = "tests/unit/test_assets"
+DEFAULT_REMOTE_MAP_FILE = ".testharness_remote_map.json"
+DEFAULT_REMOTE_STATE_FILE = ".testharness_remote_state.json"
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,9 @@ class Settings:
     test_roots: tuple[Path, ...] = ()
     assets_script: Path = field(default=Path(DEFAULT_ASSETS_SCRIPT))
     assets_dir: Path = field(default=Path(DEFAULT_ASSETS_DIR))
+    # remote-aware selection's two files (key: a path relative to the root; resolved here)
+    remote_map_file: Path = field(default=Path(DEFAULT_REMOTE_MAP_FILE))
+    remote_state_file: Path = field(default=Path(DEFAULT_REMOTE_STATE_FILE))
 
 
 class SettingsError(ValueError):
@@ -67,6 +72,8 @@ def load_settings(root: Path) -> Settings:
         test_roots=tuple(root / p for p in _str_list(table, "test_roots", DEFAULT_TEST_ROOTS)),
         assets_script=root / _str(table, "assets_script", DEFAULT_ASSETS_SCRIPT),
         assets_dir=root / _str(table, "assets_dir", DEFAULT_ASSETS_DIR),
+        remote_map_file=root / _str(table, "remote_map_file", DEFAULT_REMOTE_MAP_FILE),
+        remote_state_file=root / _str(table, "remote_state_file", DEFAULT_REMOTE_STATE_FILE),
     )
 
 
