@@ -1,10 +1,12 @@
 import os
+import time
 
 import psutil
-
 import pytest
+import ray
 from ray.util import placement_group_table
 
+from nemo_rl.distributed.ray_cluster import WAIT_TIMEOUT_ENV, RayWaitTimeout, ray_wait_timeout_s
 from nemo_rl.distributed.virtual_cluster import ClusterTooSmall, RayVirtualCluster
 from nemo_rl.distributed.worker_group import RayWorkerGroup, init_distributed
 
@@ -49,3 +51,59 @@ def test_shutdown_ends_the_workers_and_frees_their_reservation(ray_cluster) -> N
     group.shutdown()
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     assert placement_group_table(cluster.placement_group)["state"] == "REMOVED"
+
+
+class SlowWorker:
+    def __init__(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+def _processes_titled(fragment: str) -> list[psutil.Process]:
+    """Ray names an actor's process `ray::<Class>...`."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        if any(fragment in part for part in proc.info["cmdline"] or []):
+            found.append(proc)
+    return found
+
+
+class BrokenWorker:
+    def __init__(self) -> None:
+        raise ValueError("no such model: /nonexistent")
+
+
+def test_a_late_worker_is_named_and_does_not_outlive_its_group(ray_cluster, monkeypatch) -> None:
+    monkeypatch.setenv(WAIT_TIMEOUT_ENV, "3")
+    cluster = RayVirtualCluster(1, cpus_per_worker=0.5)
+    try:
+        with pytest.raises(RayWaitTimeout, match=r"SlowWorker rank 0 of 1 did not become ready within 3 s.*NRL_RAY_WAIT_TIMEOUT_S"):
+            RayWorkerGroup(cluster, SlowWorker, seconds=600)
+    finally:
+        cluster.shutdown()
+    _, alive = psutil.wait_procs(_processes_titled("ray::SlowWorker"), timeout=30)
+    assert [p for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
+
+
+def test_a_constructor_error_is_raised_at_once_not_after_the_wait(ray_cluster) -> None:
+    cluster = RayVirtualCluster(1, cpus_per_worker=0.5)
+    began = time.monotonic()
+    try:
+        with pytest.raises(ray.exceptions.RayActorError, match="no such model: /nonexistent"):
+            RayWorkerGroup(cluster, BrokenWorker)
+    finally:
+        cluster.shutdown()
+    assert time.monotonic() - began < ray_wait_timeout_s() / 2
+
+
+@pytest.mark.parametrize("raw", ["soon", "0", "-5", "nan", "inf"])
+def test_a_bad_wait_timeout_names_the_variable(monkeypatch, raw) -> None:
+    monkeypatch.setenv(WAIT_TIMEOUT_ENV, raw)
+    with pytest.raises(ValueError, match=rf"NRL_RAY_WAIT_TIMEOUT_S='{raw}': expected a number of seconds"):
+        ray_wait_timeout_s()
+
+
+def test_wait_timeouts_default_and_read_the_environment(monkeypatch) -> None:
+    monkeypatch.delenv(WAIT_TIMEOUT_ENV, raising=False)
+    assert ray_wait_timeout_s() == 600
+    monkeypatch.setenv(WAIT_TIMEOUT_ENV, " 42.5 ")
+    assert ray_wait_timeout_s() == 42.5
