@@ -15,6 +15,7 @@ from testharness.history import (
     recorded_durations,
     resolve_history_dir,
 )
+from testharness.settings import SettingsError
 
 SHA_A = "a" * 40
 SHA_B = "b" * 40
@@ -105,15 +106,27 @@ def test_history_dir_precedence(tmp_path: Path) -> None:
     assert resolve_history_dir("/cli/h", tmp_path, environ={HISTORY_ENV: "/env/h"}) == Path("/cli/h")
 
 
-@pytest.mark.parametrize(
-    "content",
-    [None, "[project]\nname = 'x'\n", "[tool.testharness]\nresults_dir = 3\n", "this is [not toml"],
-    ids=["absent", "no-section", "wrong-type", "broken"],
-)
+@pytest.mark.parametrize("content", [None, "[project]\nname = 'x'\n"], ids=["absent", "no-section"])
 def test_results_dir_defaults_to_tests_unit(tmp_path: Path, content: str | None) -> None:
     if content is not None:
         (tmp_path / "pyproject.toml").write_text(content)
     assert configured_results_dir(tmp_path) == tmp_path / "tests/unit"
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [("[tool.testharness]\nresults_dir = 3\n", "results_dir"), ("this is [not toml", "pyproject.toml")],
+    ids=["wrong-type", "broken"],
+)
+def test_a_bad_results_dir_is_the_settings_error_not_a_silent_default(
+    tmp_path: Path, content: str, needle: str
+) -> None:
+    # The same one-line error as every other reader of [tool.testharness]: history used to
+    # fall back to tests/unit and read the wrong directory without a word.
+    (tmp_path / "pyproject.toml").write_text(content)
+    with pytest.raises(SettingsError, match=needle) as info:
+        resolve_history_dir(None, tmp_path, environ={})
+    assert "\n" not in str(info.value)
 
 
 def test_project_root_is_found_from_a_subdirectory(tmp_path: Path) -> None:

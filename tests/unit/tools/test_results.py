@@ -1,9 +1,11 @@
-"""results.py: keys, metric checks, the atomic writes, the dated copies, the README's jq line."""
+"""results.py: keys, metric checks, the dated copies, reading files back, the README's jq line.
+
+The atomic JSON writer itself is tested in test_json_io.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import os
 import shutil
 import subprocess
 from datetime import datetime, timedelta
@@ -62,31 +64,6 @@ def test_build_results_has_every_documented_key() -> None:
     assert doc["memory_unit"] == "MiB"
 
 
-def test_atomic_write_keeps_the_old_file_when_replacing_fails(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    target = tmp_path / "unit_results.json"
-    results.write_json_atomic(target, {"old": 1})
-
-    def boom(src: object, dst: object) -> None:
-        raise OSError("disk gone")
-
-    monkeypatch.setattr(os, "replace", boom)
-    with pytest.raises(OSError):
-        results.write_json_atomic(target, {"new": 2})
-    assert json.loads(target.read_text()) == {"old": 1}
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["unit_results.json"]  # no temp left
-
-
-def test_atomic_write_of_a_bad_value_leaves_nothing(tmp_path: Path) -> None:
-    target = tmp_path / "r.json"
-    results.write_json_atomic(target, {"ok": 1})
-    with pytest.raises(ValueError):
-        results.write_json_atomic(target, {"bad": float("nan")})
-    assert json.loads(target.read_text()) == {"ok": 1}
-    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
-
-
 def test_dated_copies_are_never_overwritten(tmp_path: Path) -> None:
     paths = [results.write_results(tmp_path, _doc(exit_status=i), START)[1] for i in range(3)]
     assert [p.name for p in paths] == [
@@ -122,3 +99,41 @@ def test_readme_jq_line_prints_one_row_per_dated_file(tmp_path: Path) -> None:
         f"2026-03-24 23:34:12\t{'a' * 40}\t1.25",
         f"2026-03-24 23:35:12\t{'b' * 40}\t2.25",
     ]
+
+
+def test_a_written_results_file_reads_back_as_the_same_run(tmp_path: Path) -> None:
+    outcome = results.OutcomeRecord(key="test_m::test_t", outcome="passed", duration=0.25, attempts=["failed", "passed"])
+    latest, dated = results.write_results(tmp_path, _doc(tests={"tests/test_m.py::test_t": outcome}), START)
+    run = results.read_results_file(dated)
+    assert run.started == START and run.git_commit == "a" * 40 and run.short_commit == "a" * 7
+    assert run.metrics == {"test_m::test_t": {"v": 1.5, "_elapsed": 0.1}}
+    assert run.tests["tests/test_m.py::test_t"] == results.TestRecord(
+        "tests/test_m.py::test_t", "test_m::test_t", "passed", 0.25, ("failed", "passed")
+    )
+    assert (run.gpu_types, run.coverage, run.exit_status) == (("NVIDIA H200",), 24.5, 0)
+    assert results.read_results_file(latest) == dataclasses.replace(run, path=latest)
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (b'{"tests": {', "not valid JSON"),
+        (b"[1]", "top level is not a JSON object"),
+        (b'{"other": 1}', "not a results file"),
+        (b"\xff\xfe", "cannot read it"),
+    ],
+)
+def test_an_unusable_file_is_one_line_naming_why(tmp_path: Path, content: bytes, reason: str) -> None:
+    path = tmp_path / "r.json"
+    path.write_bytes(content)
+    with pytest.raises(results.ResultsFileError, match=reason) as info:
+        results.read_results_file(path)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(1, 1.0), (2.5, 2.5), (True, None), ("3", None), (float("nan"), None), (float("inf"), None), ([1], None)],
+)
+def test_finite_number_takes_only_real_numbers(value: object, expected: float | None) -> None:
+    assert results.finite_number(value) == expected

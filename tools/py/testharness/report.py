@@ -24,14 +24,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from testharness.atomic_io import replacing, write_text_atomic
-from testharness.history import (
-    History,
-    Run,
-    find_project_root,
-    has_real_commit,
-    load_history,
-    resolve_history_dir,
-)
+from testharness.history import History, find_project_root, load_history, resolve_history_dir
+from testharness.results import Run, has_real_commit
 
 Direction = Literal["lower", "higher", "either"]
 DIRECTIONS: tuple[Direction, ...] = ("lower", "higher", "either")

@@ -1,7 +1,10 @@
-"""unit_results.json: building the document and writing it atomically (pure: no pytest, no Ray).
+"""unit_results.json: the results schema, written and read here only (pure: no pytest, no Ray).
 
 Schema (all keys always present): exit_status, git_commit, start_time, metrics, gpu_types,
-coverage, memory_unit, memory_source, tests. See docs/readme/unit-tests.md.
+coverage, memory_unit, memory_source, tests. Documented in the README ("Results files").
+The tracker writes it (`build_results`, `write_results`); the history readers (shards,
+report) read it back as typed `Run` records (`read_results_file`), so both sides of the
+schema live in this one module.
 """
 
 from __future__ import annotations
@@ -10,14 +13,45 @@ import fnmatch
 import json
 import math
 import os
+import re
 import subprocess
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from testharness.atomic_io import hidden_temp_beside, write_new_file, write_text_atomic
+from testharness.atomic_io import (
+    hidden_temp_beside,
+    json_text,
+    write_json_atomic,
+    write_new_file,
+    write_text_atomic,
+)
+
+__all__ = [  # write_json_atomic: re-exported for the tracker's summary file
+    "DATED_DIR",
+    "RESULTS_NAME",
+    "MetricError",
+    "OutcomeRecord",
+    "ResultsFileError",
+    "Run",
+    "TestRecord",
+    "ambiguous_stems",
+    "build_results",
+    "check_metric",
+    "finite_number",
+    "git_commit",
+    "has_real_commit",
+    "metric_key",
+    "parse_results",
+    "read_results_file",
+    "rewrite_results",
+    "test_files_under",
+    "write_json_atomic",
+    "write_json_new",
+    "write_results",
+]
 
 RESULTS_NAME = "unit_results.json"
 DATED_DIR = "unit_results"
@@ -149,17 +183,6 @@ def build_results(
     }
 
 
-def _dump(data: dict[str, Any]) -> str:
-    return json.dumps(data, indent=2, allow_nan=False) + "\n"
-
-
-def write_json_atomic(path: Path, data: dict[str, Any], text: str | None = None) -> None:
-    """Write `data` to `path` so readers see either the old file or the complete new one
-    (`text`: `data` already serialised by the caller)."""
-    # Serialise first: a bad value must not leave a half-written temp file.
-    write_text_atomic(path, _dump(data) if text is None else text)
-
-
 def write_json_new(directory: Path, stem: str, data: dict[str, Any], text: str | None = None) -> Path:
     """Write `data` to `directory/stem.json`, or `stem_1.json`, ...: never replaces a file.
 
@@ -169,7 +192,7 @@ def write_json_new(directory: Path, stem: str, data: dict[str, Any], text: str |
     directory.mkdir(parents=True, exist_ok=True)
     tmp = hidden_temp_beside(directory / f"{stem}.json")
     try:
-        write_new_file(tmp, _dump(data) if text is None else text)
+        write_new_file(tmp, json_text(data) if text is None else text)
         n = 0
         while True:
             target = directory / (f"{stem}.json" if n == 0 else f"{stem}_{n}.json")
@@ -185,14 +208,145 @@ def write_json_new(directory: Path, stem: str, data: dict[str, Any], text: str |
 def write_results(results_dir: Path, data: dict[str, Any], start: datetime) -> tuple[Path, Path]:
     """Write `unit_results.json` and the dated copy; return both paths."""
     latest = results_dir / RESULTS_NAME
-    text = _dump(data)  # once for both files: a 1,000-test document takes tens of ms
-    write_json_atomic(latest, data, text)
+    text = json_text(data)  # once for both files: a 1,000-test document takes tens of ms
+    write_text_atomic(latest, text)
     dated = write_json_new(results_dir / DATED_DIR, start.strftime(DATED_FORMAT), data, text)
     return latest, dated
 
 
 def rewrite_results(paths: Iterable[Path], data: dict[str, Any]) -> None:
     """Replace already written results files (the latest and its dated copy) with `data`."""
-    text = _dump(data)
+    text = json_text(data)
     for path in paths:
-        write_json_atomic(path, data, text)
+        write_text_atomic(path, text)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+_SHA_RE = re.compile(r"^[0-9a-f]{7,40}$")
+
+
+class ResultsFileError(ValueError):
+    """A file that cannot be read as a results document (the message is one line)."""
+
+
+@dataclass(frozen=True)
+class TestRecord:
+    """One test of one run, as written in the results file's "tests" section."""
+
+    __test__ = False  # a record, not a pytest test class
+
+    nodeid: str
+    key: str
+    outcome: str
+    duration: float | None
+    attempts: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Run:
+    """One results file, read back."""
+
+    path: Path
+    start_time: str
+    started: datetime | None  # None when start_time does not parse; sorted by file name then
+    git_commit: str
+    exit_status: int | None
+    metrics: Mapping[str, Mapping[str, Any]]
+    tests: Mapping[str, TestRecord]
+    gpu_types: tuple[str, ...] = ()
+    coverage: float | str | None = None
+
+    @property
+    def short_commit(self) -> str:
+        """The commit as people read it: 7 hex digits, or the raw text when it is not a sha."""
+        return self.git_commit[:7] if has_real_commit(self) else self.git_commit
+
+    def label(self) -> str:
+        """`<short commit> <start time>`: how a run is named in tables and charts."""
+        return f"{self.short_commit} {self.start_time}"
+
+
+def has_real_commit(run: Run) -> bool:
+    """True when the run names a git sha (not e.g. "unknown (not a git checkout)")."""
+    return bool(_SHA_RE.match(run.git_commit))
+
+
+def finite_number(value: Any) -> float | None:
+    """`value` as a float when it is a finite int or float, else None (strings, lists, NaN)."""
+    # bool is an int in Python, but True is neither a duration nor a metric value.
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def _parse_tests(raw: Any) -> dict[str, TestRecord]:
+    tests: dict[str, TestRecord] = {}
+    if not isinstance(raw, dict):
+        return tests
+    for nodeid, entry in raw.items():
+        if not isinstance(nodeid, str) or not isinstance(entry, dict):
+            continue  # one bad entry should not cost the whole run
+        attempts = entry.get("attempts")
+        outcome = entry.get("outcome")
+        duration = finite_number(entry.get("duration"))
+        tests[nodeid] = TestRecord(
+            nodeid=nodeid,
+            key=str(entry.get("key", nodeid)),
+            outcome=outcome if isinstance(outcome, str) else "unknown",
+            duration=duration if duration is not None and duration >= 0 else None,
+            attempts=tuple(a for a in attempts if isinstance(a, str)) if isinstance(attempts, list) else (),
+        )
+    return tests
+
+
+def parse_results(path: Path, data: Any) -> Run:
+    """A Run from a decoded results document; ResultsFileError when it is not one.
+
+    Lenient inside a document: a bad field or test entry becomes "unknown"/None, so one
+    odd value never costs the whole run.
+    """
+    if not isinstance(data, dict):
+        raise ResultsFileError("top level is not a JSON object")
+    if "metrics" not in data and "tests" not in data:
+        raise ResultsFileError('neither "metrics" nor "tests" present: not a results file')
+    start_time = data.get("start_time")
+    started: datetime | None = None
+    if isinstance(start_time, str):
+        try:
+            started = datetime.strptime(start_time, START_TIME_FORMAT)
+        except ValueError:
+            started = None
+    else:
+        start_time = ""
+    metrics_raw = data.get("metrics")
+    metrics: dict[str, dict[str, Any]] = {}
+    if isinstance(metrics_raw, dict):
+        metrics = {k: dict(v) for k, v in metrics_raw.items() if isinstance(k, str) and isinstance(v, dict)}
+    exit_status = data.get("exit_status")
+    gpu_types = data.get("gpu_types")
+    coverage = data.get("coverage")
+    return Run(
+        path=path,
+        start_time=start_time,
+        started=started,
+        git_commit=str(data.get("git_commit", "unknown")),
+        exit_status=exit_status if isinstance(exit_status, int) and not isinstance(exit_status, bool) else None,
+        metrics=metrics,
+        tests=_parse_tests(data.get("tests")),
+        gpu_types=tuple(str(g) for g in gpu_types) if isinstance(gpu_types, list) else (),
+        coverage=coverage if isinstance(coverage, (int, float, str)) and not isinstance(coverage, bool) else None,
+    )
+
+
+def read_results_file(path: Path) -> Run:
+    """Read one results file; ResultsFileError with a one-line reason when it cannot be used."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ResultsFileError(f"cannot read it ({exc.__class__.__name__}: {exc})") from None
+    except json.JSONDecodeError as exc:
+        raise ResultsFileError(f"not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    return parse_results(path, data)

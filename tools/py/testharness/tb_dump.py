@@ -33,10 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-# One atomic JSON writer for the harness (temp file + os.replace). NaN/inf stay as the
-# JSON extensions NaN/Infinity, which Python's json reads, so a diverged run is visible
-# to the checks instead of being silently dropped.
-from testharness.check_metrics import write_json_atomic
+from testharness.atomic_io import write_json_atomic
 
 __all__ = [
     "BAD_CRC",
@@ -55,7 +52,6 @@ __all__ = [
     "find_event_files",
     "main",
     "read_event_file",
-    "write_json_atomic",
 ]
 
 EVENTS_MARKER = "tfevents"
@@ -513,7 +509,9 @@ def main(argv: list[str] | None = None) -> int:
     if result.conflicts:
         print(f"warning: {_conflict_text(result.conflicts)}", file=sys.stderr)
     try:
-        write_json_atomic(args.output_path, result.metrics)
+        # NaN/inf stay as the JSON extensions NaN/Infinity, which Python's json reads, so a
+        # diverged run is visible to the checks instead of being silently dropped.
+        write_json_atomic(args.output_path, result.metrics, allow_nan=True)
     except OSError as exc:
         print(f"error: cannot write {args.output_path}: {exc}", file=sys.stderr)
         return 1
