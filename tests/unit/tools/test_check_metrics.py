@@ -1,4 +1,4 @@
-"""The safe metric-check evaluator (testharness.check_metrics) and its CLI entry point."""
+"""The safe metric-check evaluator (testharness.checks) and its command line (checks.cli)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from testharness import check_metrics as cm
-from testharness.check_metrics import (
+from testharness import checks
+from testharness.checks import cli as checks_cli
+from testharness.checks import (
+    CheckResult,
     evaluate_check,
     max,
     mean,
@@ -40,20 +42,21 @@ DATA: dict[str, Any] = {
 
 
 def ok(check: str, data: Any = DATA) -> tuple[str, Any]:
-    passed, message, value = evaluate_check(data, check)
-    assert passed is True, message
-    assert message == f"PASS: {check.strip()}"
-    return message, value
+    result = evaluate_check(data, check)
+    assert result.passed is True, result.message
+    assert result.reason == ""
+    assert result.message == f"PASS: {check.strip()}"
+    return result.message, result.value
 
 
 def fail(check: str, data: Any = DATA) -> tuple[str, Any]:
-    passed, message, value = evaluate_check(data, check)
-    assert passed is False
-    assert type(passed) is bool
-    assert message.startswith(f"FAIL: {check.strip()} (") and message.endswith(")"), (
-        message
-    )
-    return message, value
+    result = evaluate_check(data, check)
+    assert result.passed is False
+    assert type(result.passed) is bool
+    assert result.check == check.strip()
+    assert result.reason
+    assert result.message == f"FAIL: {check.strip()} ({result.reason})"
+    return result.message, result.value
 
 
 # ---------------------------------------------------------------- the series functions
@@ -189,8 +192,7 @@ def test_value_is_whole_expression_without_a_comparison() -> None:
 
 
 def test_passed_is_a_real_bool_for_non_bool_results() -> None:
-    passed, _, _ = evaluate_check(DATA, 'data["train/loss"]["1"] and data["name"]')
-    assert passed is True
+    assert evaluate_check(DATA, 'data["train/loss"]["1"] and data["name"]').passed is True
 
 
 # ---------------------------------------------------------------- errors of evaluation
@@ -271,9 +273,9 @@ def test_big_int_products_are_bounded() -> None:
     message, _ = fail(" * ".join(['data["b"]'] * 9) + " > 0", data)
     assert "integer result too large" in message
     # A big int as the value does not break the report (int->str digit limit).
-    passed, _, value = evaluate_check(data, 'data["b"] * data["b"] > 0')
-    assert passed is True
-    assert cm.format_value(value)
+    result = evaluate_check(data, 'data["b"] * data["b"] > 0')
+    assert result.passed is True
+    assert checks_cli.format_value(result.value)
 
 
 # ---------------------------------------------------------------- NaN always fails
@@ -384,19 +386,19 @@ def test_at_least_thirty_hostile_expressions() -> None:
     ("check", "reason"), HOSTILE, ids=[str(i) for i in range(len(HOSTILE))]
 )
 def test_hostile_expressions_are_refused(check: str, reason: str) -> None:
-    passed, message, value = evaluate_check(DATA, check)
-    assert passed is False
-    assert value is None
-    assert message.startswith("FAIL: ")
-    assert reason in message, message
-    assert "(error: " in message
+    result = evaluate_check(DATA, check)
+    assert result.passed is False
+    assert result.value is None
+    assert result.message.startswith("FAIL: ")
+    assert reason in result.reason, result.reason
+    assert result.reason.startswith("error: ")
     assert not Path("/tmp/pwned_check_metrics").exists()
 
 
 def test_non_string_check_does_not_raise() -> None:
-    passed, message, value = evaluate_check(DATA, None)  # type: ignore[arg-type]
-    assert (passed, value) == (False, None)
-    assert "a check must be a string" in message
+    result = evaluate_check(DATA, None)  # type: ignore[arg-type]
+    assert (result.check, result.passed, result.value) == ("None", False, None)
+    assert result.reason == "error: a check must be a string"
 
 
 def test_evaluator_never_calls_eval_exec_or_compile_to_code(
@@ -426,7 +428,7 @@ def test_evaluator_never_calls_eval_exec_or_compile_to_code(
     monkeypatch.setattr(builtins, "compile", ast_only_compile)
     for check, _ in HOSTILE:
         evaluate_check(DATA, check)
-    passed, _, _ = evaluate_check(DATA, 'mean(data["train/loss"], -2) < 2')
+    passed = evaluate_check(DATA, 'mean(data["train/loss"], -2) < 2').passed
     monkeypatch.undo()
     assert passed is True
     assert calls == []
@@ -441,7 +443,7 @@ def test_importable_from_tests_dir(monkeypatch: pytest.MonkeyPatch) -> None:
     mod = importlib.import_module("check_metrics")
     assert mod.evaluate_check is evaluate_check
     for name in ("min", "max", "mean", "median", "ratio_above"):
-        assert getattr(mod, name) is getattr(cm, name)
+        assert getattr(mod, name) is getattr(checks, name)
 
 
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -545,8 +547,8 @@ def test_cli_runs_from_any_cwd(metrics_file: Path, tmp_path: Path) -> None:
 
 
 def test_plain_table_without_rich(capsys: pytest.CaptureFixture[str]) -> None:
-    rows = cm.run_checks(DATA, ['data["train/loss"]["1"] < 1', "1 < 2"])
-    cm._render_plain(rows)
+    rows = checks.run_checks(DATA, ['data["train/loss"]["1"] < 1', "1 < 2"])
+    checks_cli.render_plain(rows)
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "Metric Checks"
     assert [c.strip() for c in out[1].split(" | ")] == [
@@ -563,3 +565,24 @@ def test_cli_rejects_a_tiny_table_width(metrics_file: Path) -> None:
     proc = run_cli(str(metrics_file), "1 < 2", "--table-width", "5")
     assert proc.returncode == 2
     assert "--table-width must be at least 20" in proc.stderr
+
+
+def test_a_result_carries_its_reason_without_parsing_a_message() -> None:
+    # The reason is data, not text cut out of "FAIL: ... (reason)": a check whose own text
+    # ends in ")" or holds " (" keeps its reason intact.
+    result = evaluate_check(DATA, 'mean(data["train/loss"], -2) > (9)')
+    assert result == CheckResult('mean(data["train/loss"], -2) > (9)', 1.5, False, "condition evaluated to False")
+    assert checks.run_checks(DATA, ["1 < 2", "2 < 1"]) == [
+        CheckResult("1 < 2", 1, True, ""),
+        CheckResult("2 < 1", 2, False, "condition evaluated to False"),
+    ]
+
+
+def test_json_report_keeps_a_nan_value(metrics_file: Path, tmp_path: Path) -> None:
+    metrics_file.write_text('{"loss": {"1": NaN}}')
+    out_json = tmp_path / "checks.json"
+    proc = run_cli(str(metrics_file), 'data["loss"]["1"] < 1', "--json", str(out_json))
+    assert proc.returncode == 1
+    (row,) = json.loads(out_json.read_text())["results"]
+    assert math.isnan(row["value"])
+    assert row["message"] == 'FAIL: data["loss"]["1"] < 1 (condition evaluated to False)'
