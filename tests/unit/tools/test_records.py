@@ -274,7 +274,9 @@ def test_xdist_controller_writes_one_record_with_the_workers_metrics(tmp_path: P
 # --- runs that execute no test leave no record ----------------------------------------------
 
 
-@pytest.mark.parametrize("args", [["--collect-only"], ["--shard", "1/2", "--shard-plan"]], ids=["collect-only", "shard-plan"])
+@pytest.mark.parametrize(
+    "args", [["--collect-only"], ["--shard", "1/2", "--shard-plan"], ["--help"]], ids=["collect-only", "shard-plan", "help"]
+)
 def test_runs_that_execute_no_test_write_no_results(tmp_path: Path, args: list[str]) -> None:
     root = _project(tmp_path, QUICK_TESTS)
     proc = _pytest(root, *args)
