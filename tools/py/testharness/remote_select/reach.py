@@ -1,4 +1,5 @@
-"""Run-time record of what each test sent to other processes (the "precision" record).
+"""Run-time record of what each test sent to other processes (the "precision" record):
+the thin adapter that patches Ray and feeds the bookkeeping in reach_core.py.
 
 pytest-testmon sees the code a test runs in the pytest process. What it cannot see is
 code run elsewhere: Ray actors, Ray tasks, subprocesses. This recorder notes, per test,
@@ -15,15 +16,9 @@ code run elsewhere: Ray actors, Ray tasks, subprocesses. This recorder notes, pe
 
 The selector then uses those functions, or the import closure of those modules, instead
 of the test file's whole static closure. Ray's own service processes (started inside the
-`ray` package, e.g. by `ray.init`) are not the test's code and do not make it opaque.
-
-Events are charged to every *owner* on a stack: the running test and any fixture being set
-up inside it. A test's reach is its own events plus those of every fixture it requests
-(`item.fixturenames`), so a worker created once by a module-scoped fixture is charged to
-every test that uses it. A Ray event with no owner (an actor created at import time) makes
-the whole session's records opaque; a process started with no owner is ignored. Ray is
-patched only once it is imported (a post-import hook), so a run that never imports Ray
-never pays for it.
+`ray` package, e.g. by `ray.init`) are not the test's code and do not make it opaque; a
+process started with no owner is ignored. Ray is patched only once it is imported (a
+post-import hook), so a run that never imports Ray never pays for it.
 """
 
 from __future__ import annotations
@@ -39,167 +34,96 @@ import sysconfig
 import types
 import weakref
 from collections.abc import Callable, Iterable
-from itertools import islice
 from typing import Any
 
-from .worker_trace import PROCESS_EVENTS, THIRD_PARTY
+from .reach_core import ReachBook
+from .records import ActorReport, RecordError, parse_actor_report
+from .worker_trace import PROCESS_EVENTS
 
 _STDLIB = sysconfig.get_paths()["stdlib"] + os.sep
 _HARNESS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_MAX_DEPTH = 4  # how deep arguments are searched for project objects
-_MAX_ITEMS = 256  # entries looked at per container
 _DRAIN_TIMEOUT_S = 30.0  # an actor busy longer than this is no longer traced
 
 
-class Bucket:
-    """What one owner (a test or a fixture) reached.
-
-    files: modules sent whole (any change in their import closure counts); imports: modules
-    of traced actors (only import-time changes in their closure count); units: functions
-    that ran in traced actors ("path::Qual.name"); actors: traced actors it used."""
-
-    __slots__ = ("actors", "files", "imports", "opaque", "units")
-
-    def __init__(self) -> None:
-        self.files: set[str] = set()
-        self.imports: set[str] = set()
-        self.units: set[str] = set()
-        self.actors: set[str] = set()
-        self.opaque = False
-
-
-class TracedActor:
-    """An actor whose worker reports the functions it runs (worker_trace.py).
-
-    `units` is cumulative since creation: a test that uses an actor may depend on state
-    that earlier calls (other tests, the fixture that made it) left in it."""
-
-    __slots__ = ("escaped", "file", "files", "handle", "lost", "module", "units")
-
-    def __init__(self, handle: Any, module: str, file: str) -> None:
-        self.handle = weakref.ref(handle)
-        self.module = module  # its class's module, and that module's real path here:
-        self.file = file  # the worker checks it loaded the same file
-        self.files: set[str] = set()  # what module granularity would charge (the fallback)
-        self.units: set[str] = set()
-        self.escaped = False  # project code in it started a process or sent Ray work: owners go opaque
-        self.lost = False  # a report went missing: module granularity from now on
-
-
 class ReachRecorder:
-    """Collects reach per owner; `reach_of` combines a test's own and its fixtures'."""
+    """Feeds a `ReachBook` from Ray's calls and the process audit events."""
 
     # True while a recorder asks its actors for reports. Shared by all recorders: those calls
     # are nobody's reach, also for a recorder a test nests inside the session's own.
     draining = False
 
     def __init__(self, root: str) -> None:
-        self.root = os.path.realpath(root)
-        self.stack: list[Bucket] = []
-        self.tests: dict[str, Bucket] = {}
-        self.fixtures: dict[str, Bucket] = {}
-        self.session_opaque = False
-        self._module_file: dict[str, str | None] = {}
+        self.book = ReachBook(root)
+        self.root = self.book.files.root
+        self.handles: dict[str, weakref.ref[Any]] = {}  # traced actor id (hex) -> its handle
         self._ray_dir: str | None = None
         self._installed = False
         self._originals: list[tuple[Any, str, Any]] = []
-        self.actors: dict[str, TracedActor] = {}  # actor id (hex) -> traced actor
         self._tracing = False  # this session's Ray workers run worker_trace's hook
 
-    # -- owners ----------------------------------------------------------------------
+    # -- owners (see ReachBook) -------------------------------------------------------
     def push_test(self, nodeid: str) -> None:
-        self.stack.append(self.tests.setdefault(nodeid, Bucket()))
+        self.book.push_test(nodeid)
 
     def push_fixture(self, argname: str) -> None:
-        self.stack.append(self.fixtures.setdefault(argname, Bucket()))
+        self.book.push_fixture(argname)
 
     def pop(self) -> None:
-        if self.stack:
-            self.stack.pop()
+        self.book.pop()
 
     def reach_of(self, nodeid: str, fixturenames: Iterable[str]) -> list[str] | None:
         """This test's sorted reach entries, or None when opaque: "path" (a module sent
         whole), "@path" (a traced actor's module: import-time code only) and "path::Qual.name"
         (a function that ran in a traced actor)."""
-        if self.session_opaque:
-            return None
-        buckets = [self.tests.get(nodeid, Bucket())] + [self.fixtures[f] for f in fixturenames if f in self.fixtures]
-        if any(b.opaque for b in buckets):
-            return None
-        out: set[str] = set()
-        for b in buckets:
-            out |= b.files
-            out.update("@" + f for f in b.imports)
-            out |= b.units
-        return sorted(out)
+        return self.book.reach_of(nodeid, fixturenames)
 
     # -- events ----------------------------------------------------------------------
-    def _charge(self, files: set[str], opaque: bool = False, actor: str | None = None) -> None:
-        if not files and not opaque and actor is None:
-            return
-        if not self.stack:
-            self.session_opaque = True
-            return
-        traced = self.actors.get(actor) if actor is not None else None
-        if traced is not None and not traced.lost:
-            traced.files |= files  # the fallback, should a report go missing
-        for bucket in self.stack:
-            bucket.opaque = bucket.opaque or opaque
-            if traced is None or traced.lost:
-                bucket.files |= files
-            else:
-                bucket.imports |= files
-                bucket.actors.add(actor)  # type: ignore[arg-type]
-
     def note_remote(self, modules: Iterable[str | None], *values: Any, actor: str | None = None) -> None:
         """Code of `modules` runs remotely, with `values` (arguments) sent along; `actor`:
         in that traced actor, whose reports then say which functions actually ran."""
-        if self._ignored(sys._getframe(1), process=False):
-            return
-        files: set[str] = set()
-        for name in modules:
-            if name not in sys.modules:  # code we cannot place (a class from another driver)
-                self._charge(set(), opaque=True)
-            self._add_module(name, files)
-        seen: set[int] = set()
-        for value in values:
-            self._scan(value, _MAX_DEPTH, files, seen)
-        self._charge(files, actor=actor)
+        if not self._ignored(sys._getframe(1), process=False):
+            self.book.note_remote(modules, values, actor=actor)
+
+    def note_process(self) -> None:
+        """A process was started: unless Ray or the harness started it, the test is opaque.
+
+        Outside any test (collection, session start and end) it is nobody's: third-party
+        imports run `ldconfig` and the like, and the import-time code that could start one
+        is covered by the import digests anyway."""
+        if self.book.stack and not self._ignored(sys._getframe(1), process=True):
+            self.book.charge(set(), opaque=True)
 
     # -- traced actors ---------------------------------------------------------------
     def settle(self) -> None:
         """Collect what every traced actor ran since the last call and charge it to the
         owners on the stack. Called when a fixture's set-up ends and before a test's
         teardown report, so what a test's calls ran is known before its reach is read."""
-        if not self.actors:
+        if not self.book.actors:
             return
         try:
             self._settle()
         except Exception:  # noqa: BLE001  never fail a test: module granularity instead
-            for aid, actor in self.actors.items():
-                if not actor.lost:
-                    self._absorb(aid, actor, None)
+            self.book.give_up()
 
     def ending(self, handle: Any) -> None:
         """`handle`'s actor is about to be terminated or killed: take its last report now
         (it runs nothing after that) and stop asking it."""
         actor_id = getattr(handle, "_ray_actor_id", None)
-        if actor_id is not None and actor_id.hex() in self.actors:
+        if actor_id is not None and actor_id.hex() in self.book.actors:
             self.settle()
-            self.actors.pop(actor_id.hex(), None)
+            self.book.forget(actor_id.hex())
 
     def _settle(self) -> None:
         import ray
 
         from . import worker_trace
 
-        pending = {aid: a for aid, a in self.actors.items() if not a.lost}
         refs: dict[Any, str] = {}
         if ray.is_initialized():
             ReachRecorder.draining = True
             try:
-                for aid, actor in pending.items():
-                    handle = actor.handle()
+                for aid, actor in self.book.pending().items():
+                    handle = self.handles[aid]() if aid in self.handles else None
                     if handle is not None:
                         with contextlib.suppress(Exception):  # a dead actor: its report is lost
                             refs[handle.__ray_call__.remote(worker_trace.drain, actor.module, actor.file)] = aid
@@ -208,45 +132,12 @@ class ReachRecorder:
         done: list[Any] = []
         if refs:
             done, _ = ray.wait(list(refs), num_returns=len(refs), timeout=_DRAIN_TIMEOUT_S)
-        answered = {refs[ref] for ref in done}
-        reports: dict[str, Any] = {}
+        reports: dict[str, ActorReport | None] = {}
         for ref in done:
             with contextlib.suppress(Exception):  # it ended meanwhile: its report is lost
-                reports[refs[ref]] = ray.get(ref)
-        for aid, actor in pending.items():
-            self._absorb(aid, actor, reports.get(aid))
-            if aid not in reports and (aid in answered or aid not in refs.values()):
-                del self.actors[aid]  # it has ended: nothing more to ask
-            # (still busy after the timeout: kept, but lost: module granularity from now on)
-
-    def _absorb(self, aid: str, actor: TracedActor, report: Any) -> None:
-        """Fold one report (None: missing) into the actor and into the owners that used it."""
-        if not isinstance(report, dict) or not isinstance(report.get("units"), list):
-            actor.lost = True
-        else:
-            actor.units.update(u for u in report["units"] if isinstance(u, str))
-            actor.escaped = actor.escaped or bool(report.get("escaped"))
-            if report["units"]:  # it ran code in this period, whoever asked it to
-                for bucket in self.stack:
-                    bucket.actors.add(aid)
-        for bucket in self.stack:
-            if aid not in bucket.actors:
-                continue
-            if actor.lost:
-                bucket.files |= actor.files
-            elif actor.escaped:
-                bucket.opaque = True
-            else:
-                bucket.units |= actor.units
-
-    def note_process(self) -> None:
-        """A process was started: unless Ray or the harness started it, the test is opaque.
-
-        Outside any test (collection, session start and end) it is nobody's: third-party
-        imports run `ldconfig` and the like, and the import-time code that could start one
-        is covered by the import digests anyway."""
-        if self.stack and not self._ignored(sys._getframe(1), process=True):
-            self._charge(set(), opaque=True)
+                reports[refs[ref]] = _report(ray.get(ref))
+        self.book.fold_reports(asked=set(refs.values()), answered={refs[ref] for ref in done}, reports=reports)
+        self.handles = {aid: h for aid, h in self.handles.items() if aid in self.book.actors}
 
     def _ignored(self, frame: types.FrameType | None, process: bool) -> bool:
         """Events that are not the test's doing: processes Ray starts for itself (from
@@ -262,66 +153,6 @@ class ReachRecorder:
                 return name.startswith(_HARNESS_DIR)  # the first caller that is neither
             frame = frame.f_back
         return False
-
-    def _add_module(self, name: str | None, files: set[str]) -> bool:
-        """Add the project file of module `name`; False for third-party and unknown names."""
-        if not name:
-            return False
-        try:
-            rel = self._module_file[name]
-        except KeyError:
-            rel = self._module_file[name] = self._file_of(name)
-        if rel:
-            files.add(rel)
-        return rel is not None
-
-    def _file_of(self, name: str) -> str | None:
-        """Repo-relative path of an imported module, None for third-party and built-ins."""
-        module = sys.modules.get(name)
-        path = getattr(module, "__file__", None)
-        if not path:
-            return None
-        real = os.path.realpath(path)
-        if not real.startswith(self.root + os.sep) or THIRD_PARTY in real:
-            return None
-        return os.path.relpath(real, self.root).replace(os.sep, "/")
-
-    def _scan(self, value: Any, depth: int, files: set[str], seen: set[int]) -> None:
-        """Add the project modules whose code unpickling/calling `value` may run."""
-        if depth < 0 or id(value) in seen:
-            return
-        seen.add(id(value))
-        if isinstance(value, type):
-            self._add_module(value.__module__, files)
-            return
-        if isinstance(value, (types.FunctionType, types.BuiltinFunctionType)):
-            self._add_module(getattr(value, "__module__", None), files)
-            return
-        if isinstance(value, types.MethodType):
-            self._scan(value.__func__, depth, files, seen)
-            self._scan(value.__self__, depth - 1, files, seen)
-            return
-        if isinstance(value, functools.partial):
-            for part in (value.func, *value.args, *value.keywords.values()):
-                self._scan(part, depth - 1, files, seen)
-            return
-        if isinstance(value, (str, bytes, int, float, bool, type(None))):
-            return
-        if isinstance(value, dict):
-            for k, v in islice(value.items(), _MAX_ITEMS):
-                self._scan(k, depth - 1, files, seen)
-                self._scan(v, depth - 1, files, seen)
-            return
-        if isinstance(value, (list, tuple, set, frozenset)):
-            for v in islice(value, _MAX_ITEMS):
-                self._scan(v, depth - 1, files, seen)
-            return
-        if self._add_module(type(value).__module__, files):
-            # A project object: what it holds is unpickled (and maybe run) remotely too.
-            attrs = getattr(value, "__dict__", None)
-            if isinstance(attrs, dict):
-                for v in islice(attrs.values(), _MAX_ITEMS):
-                    self._scan(v, depth - 1, files, seen)
 
     # -- hooks -----------------------------------------------------------------------
     def install(self) -> None:
@@ -388,7 +219,8 @@ class ReachRecorder:
             if recorder._tracing and path and _runs_calls_in_order(cls, meta, options) and hasattr(handle, "_ray_actor_id"):
                 actor = handle._ray_actor_id.hex()
                 # `get_if_exists` may hand back an actor already known
-                recorder.actors.setdefault(actor, TracedActor(handle, module, os.path.realpath(path)))
+                recorder.book.track(actor, module, os.path.realpath(path))
+                recorder.handles[actor] = weakref.ref(handle)
             recorder.note_remote([module], args, kwargs, actor=actor)
 
         def on_call(handle: Any, method_name: str, args: Any = None, kwargs: Any = None, *_: Any, **__: Any) -> None:
@@ -396,12 +228,12 @@ class ReachRecorder:
                 return
             actor_id = getattr(handle, "_ray_actor_id", None)
             aid = actor_id.hex() if actor_id is not None else None
-            if aid in recorder.actors and method_name == "__ray_terminate__":
+            if aid in recorder.book.actors and method_name == "__ray_terminate__":
                 recorder.ending(handle)  # its exit runs no call of ours: nothing to charge
                 return
             descriptor = getattr(handle, "_ray_actor_creation_function_descriptor", None)
             recorder.note_remote([getattr(descriptor, "module_name", None)], args, kwargs,
-                                 actor=aid if aid in recorder.actors else None)
+                                 actor=aid if aid in recorder.book.actors else None)
 
         def on_task(function: Any, args: Any = None, kwargs: Any = None, *_: Any, **__: Any) -> None:
             recorder.note_remote([getattr(getattr(function, "_function", None), "__module__", None)], args, kwargs)
@@ -409,7 +241,8 @@ class ReachRecorder:
         def before_shutdown(*_: Any, **__: Any) -> None:
             # Ray kills its actors without running their exit handlers: ask them first.
             recorder.settle()
-            recorder.actors.clear()
+            recorder.book.actors.clear()
+            recorder.handles.clear()
 
         self._wrap(ray, "init", rewrite=with_trace_hook)
         self._wrap(ray, "shutdown", before_shutdown)
@@ -440,17 +273,26 @@ class ReachRecorder:
                 if before is not None:
                     before(*args, **kwargs)
             except Exception:  # noqa: BLE001  never break the call; an unknown reach means the static closure
-                recorder._charge(set(), opaque=True)
+                recorder.book.charge(set(), opaque=True)
             result = original(*args, **kwargs)
             if after is not None:
                 try:
                     after(result, *args, **kwargs)
                 except Exception:  # noqa: BLE001
-                    recorder._charge(set(), opaque=True)
+                    recorder.book.charge(set(), opaque=True)
             return result
 
         self._originals.append((owner, attr, original))
         setattr(owner, attr, wrapper)
+
+
+def _report(answer: Any) -> ActorReport | None:
+    """worker_trace.drain's answer as a record; None when there is none to be had (an
+    untraced worker, another copy of the code, a malformed answer)."""
+    try:
+        return parse_actor_report(answer)
+    except RecordError:
+        return None
 
 
 def _runs_calls_in_order(cls: Any, meta: Any, options: dict[str, Any]) -> bool:
