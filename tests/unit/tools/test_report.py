@@ -25,7 +25,6 @@ from testharness.report import (
 
 SHA_1 = "1" * 40
 SHA_2 = "2" * 40
-REPO = Path(__file__).resolve().parents[3]
 
 
 def write_run(
@@ -284,10 +283,10 @@ def _harness_installed() -> bool:
     "argv",
     [
         [sys.executable, "-m", "testharness", "report"],
-        [sys.executable, str(REPO / "tools/py/testharness/report.py")],
+        [sys.executable, "-m", "testharness.report"],
         [str(Path(sys.executable).with_name("testharness")), "report"],
     ],
-    ids=["python-m", "script-path", "console-script"],
+    ids=["python-m", "python-m-report", "console-script"],
 )
 def test_every_spelling_of_the_command_works(tmp_path: Path, argv: list[str]) -> None:
     if not Path(argv[0]).exists():
