@@ -35,7 +35,8 @@ def _element(shape: Shape) -> str:
         return f'<polyline points="{points}" {attrs}/>'
     if isinstance(shape, Dot):
         return f'<circle cx="{shape.x:g}" cy="{shape.y:g}" r="{shape.r:g}" {attrs}><title>{escape(shape.tip)}</title></circle>'
-    place = f'transform="translate({shape.x:g},{shape.y:g}) rotate({-shape.rotate:g})"'
+    rotate = f" rotate({-shape.rotate:g})" if shape.rotate else ""  # SVG turns clockwise
+    place = f'transform="translate({shape.x:g},{shape.y:g}){rotate}"'
     return f"<text {place} {attrs}>{escape(shape.text)}</text>"
 
 
