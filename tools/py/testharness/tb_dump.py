@@ -432,16 +432,15 @@ def _damage_hints(exc: DamagedEventFilesError) -> Iterator[str]:
         )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="json_dump_tb_logs.py",
-        description="Dump every TensorBoard scalar under LOG_DIR to {metric: {step: value}} JSON.",
-        epilog=(
-            "Exit status: 0 when the JSON is written; 1 when there are no event files, a "
-            "conflict is refused, or the JSON cannot be written; 2 when an event file is "
-            "damaged (nothing is written, a previous OUT.json is left as it was)."
-        ),
-    )
+DESCRIPTION = "Dump every TensorBoard scalar under LOG_DIR to {metric: {step: value}} JSON."
+EPILOG = (
+    "Exit status: 0 when the JSON is written; 1 when there are no event files, a "
+    "conflict is refused, or the JSON cannot be written; 2 when an event file is "
+    "damaged (nothing is written, a previous OUT.json is left as it was)."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "log_dir",
         metavar="LOG_DIR",
@@ -471,12 +470,21 @@ def build_parser() -> argparse.ArgumentParser:
             "(exit 2). A file that is not an event file is an error either way."
         ),
     )
+
+
+def build_parser(prog: str = "json_dump_tb_logs.py") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION, epilog=EPILOG)
+    add_arguments(parser)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI: 0 written; 1 nothing to dump, a refused conflict, or a failed write; 2 a damaged file."""
-    args = build_parser().parse_args(argv)
+    """The command on its own (tests/json_dump_tb_logs.py)."""
+    return run(build_parser().parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """0 written; 1 nothing to dump, a refused conflict, or a failed write; 2 a damaged file."""
     try:
         result = dump_tb_logs(
             args.log_dir,
