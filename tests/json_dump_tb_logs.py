@@ -3,7 +3,8 @@
     uv run tests/json_dump_tb_logs.py LOG_DIR --output_path OUT.json \
         [--error-on-conflicts] [--allow-truncated]
 
-Writes {"metric/name": {"<step>": value, ...}, ...} from every event file under LOG_DIR.
+The same command as `testharness tb-dump` (`--help` describes it). Writes
+{"metric/name": {"<step>": value, ...}, ...} from every event file under LOG_DIR.
 Exit 0 written; 1 no event files or a refused conflict; 2 a damaged event file (empty,
 not an event file, truncated, bad CRC), unless --allow-truncated reads it up to the damage.
 """
