@@ -142,6 +142,7 @@ functional_combine_coverage() {
 
 # Dump TensorBoard logs to $JSON_METRICS, then evaluate the checks given as arguments.
 functional_check() {
+    rm -f "$EXP_DIR/checks.json"  # a stale one must not be blamed for this run's failure
     "$PYTHON" "$REPO_ROOT/tests/json_dump_tb_logs.py" "$LOG_DIR" --output_path "$JSON_METRICS" || return $?
     "$PYTHON" "$REPO_ROOT/tests/check_metrics.py" "$JSON_METRICS" "$@" \
         --table-width "$TABLE_WIDTH" --json "$EXP_DIR/checks.json"
@@ -172,8 +173,10 @@ _functional_body() {
     check_experiment || rc=$?
     if (( rc == 0 )); then
         echo "[functional] $EXP_NAME: PASS"
-    else
+    elif [[ -f "$EXP_DIR/checks.json" ]]; then
         echo "[functional] $EXP_NAME: FAIL (metric checks; see $EXP_DIR/checks.json)"
+    else
+        echo "[functional] $EXP_NAME: FAIL (the metrics could not be read or checked: see the error above)"
     fi
     return "$rc"
 }

@@ -190,6 +190,9 @@ def fake_repo(tmp_path: Path) -> Path:
         "for step in range(1, 11):\n"
         "    w.add_scalar('train/loss', 10.0 - lr * step * 0.9, step)\n"
         "w.close()\n"
+        "if args.get('damage'):  # an event file that is not one\n"
+        "    from pathlib import Path\n"
+        "    for p in Path(args['log_dir']).rglob('events.*'): p.write_bytes(b'garbage')\n"
         "print('trained with', sys.argv[1:])\n"
         "sys.exit(int(args.get('exit', '0')))\n"
     )
@@ -255,6 +258,17 @@ def test_common_checks_bite_and_overrides_pass_through(fake_repo: Path) -> None:
     assert "condition evaluated to False" in proc.stdout
     assert "toy: FAIL" in proc.stdout
     assert not (fake_repo / "tests" / "functional" / "toy" / "checkpoints").exists()
+
+
+def test_common_unreadable_logs_fail_without_blaming_the_checks(fake_repo: Path) -> None:
+    exp = fake_repo / "tests" / "functional" / "toy"
+    exp.mkdir()
+    (exp / "checks.json").write_text('{"passed": true}')  # a previous run's
+    proc = run_toy(fake_repo, "damage=1")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "events." in proc.stdout + proc.stderr  # the dump names the damaged file
+    assert "toy: FAIL (the metrics could not be read or checked" in proc.stdout
+    assert "Metric Checks" not in proc.stdout and not (exp / "checks.json").exists()
 
 
 def test_common_failed_run_propagates_its_status_and_skips_checks(
