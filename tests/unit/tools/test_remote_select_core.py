@@ -18,8 +18,14 @@ from testharness.remote_select.graph import (
     parse_refs,
     scan_files,
 )
+from testharness.remote_select.records import SentModule, format_ref
 
 CFG = SelectConfig(source_packages=("pkg",), source_roots=("",), test_roots=("tests",))
+MAP_NAME, STATE_NAME = ".sel_map.json", ".sel_state.json"  # [tool.testharness] remote_*_file
+
+
+def _selector(root: Path, cfg: SelectConfig = CFG) -> RemoteSelector:
+    return RemoteSelector(root, cfg, store.StateFiles(root / MAP_NAME, root / STATE_NAME))
 
 
 def _tree(root: Path, files: dict[str, str]) -> None:
@@ -104,8 +110,13 @@ def test_phantoms_make_deleted_and_created_modules_visible(tmp_path: Path) -> No
 
 def test_parse_refs_encoding() -> None:
     src = b"import a.b\nfrom . import c\nfrom ..d import e, f\nX = 'pkg.mod:Cls'\nY = 'examples/run.py'\n"
-    assert parse_refs(src) == ["i:a.b", "f:1::c", "f:2:d:e,f", "s:pkg.mod.Cls", "p:examples/run.py"]
-    assert parse_refs(b"def broken(:\n") == []
+    # The text form is what map files store: it must not change (or MAP_VERSION must).
+    assert _ref_texts(src) == ["i:a.b", "f:1::c", "f:2:d:e,f", "s:pkg.mod.Cls", "p:examples/run.py"]
+    assert parse_refs(b"def broken(:\n") == ()
+
+
+def _ref_texts(source: bytes) -> list[str]:
+    return [format_ref(r) for r in parse_refs(source)]
 
 
 def test_paths_are_repo_relative_posix_and_digests_are_contents(tmp_path: Path) -> None:
@@ -122,7 +133,7 @@ def test_paths_are_repo_relative_posix_and_digests_are_contents(tmp_path: Path) 
 
 def test_rebuild_reparses_only_changed_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _tree(tmp_path, BASE)
-    sel = RemoteSelector(tmp_path, CFG)
+    sel = _selector(tmp_path)
     plan = sel.plan()
     sel.finish(plan, {}, {})
     calls: list[bytes] = []
@@ -141,7 +152,7 @@ def test_rebuild_reparses_only_changed_files(tmp_path: Path, monkeypatch: pytest
 
 def test_engine_selects_by_content_and_records_only_passes(tmp_path: Path) -> None:
     _tree(tmp_path, BASE)
-    sel = RemoteSelector(tmp_path, CFG)
+    sel = _selector(tmp_path)
     a, s = "tests/sub/test_x.py::test_a[1-x]", "tests/sub/test_str.py::test_s"
     plan = sel.plan()
     assert plan.must_run(a) and plan.must_run(s)  # never passed
@@ -161,17 +172,17 @@ def test_engine_selects_by_content_and_records_only_passes(tmp_path: Path) -> No
     assert plan.must_run(s)
     sel.finish(plan, {s: "passed"}, {})
     assert not sel.plan().must_run(s)
-    state = json.loads((tmp_path / store.STATE_NAME).read_text())
+    state = json.loads((tmp_path / STATE_NAME).read_text())
     assert set(state["tests"]) == {a, s}
     assert len(state["generations"]) == 1  # unchanged tests moved to the new generation
 
 
 def test_map_lists_graph_and_node_ids(tmp_path: Path) -> None:
     _tree(tmp_path, BASE)
-    sel = RemoteSelector(tmp_path, CFG)
+    sel = _selector(tmp_path)
     a = "tests/sub/test_x.py::test_a"
     sel.finish(sel.plan(), {a: "passed"}, {"tests/sub/test_x.py": [a]})
-    data = json.loads((tmp_path / store.MAP_NAME).read_text())
+    data = json.loads((tmp_path / MAP_NAME).read_text())
     assert data["tests"]["tests/sub/test_x.py"]["nodeids"] == [a]
     assert "pkg/deep/mod.py" in data["deps"]["pkg/util.py"]
     text = json.dumps(data)
@@ -182,9 +193,12 @@ def test_explain_cli_prints_a_closure(tmp_path: Path, monkeypatch: pytest.Monkey
     from testharness.remote_select.__main__ import main
 
     _tree(tmp_path, BASE)
-    (tmp_path / "pyproject.toml").write_text("[tool.testharness]\nsource_packages = ['pkg']\ntest_roots = ['tests']\n")
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.testharness]\nsource_packages = ['pkg']\ntest_roots = ['tests']\n"
+        f"remote_map_file = '{MAP_NAME}'\nremote_state_file = '{STATE_NAME}'\n"
+    )
     monkeypatch.chdir(tmp_path)
-    sel = RemoteSelector(tmp_path, CFG)
+    sel = _selector(tmp_path)
     a, b, c = (f"tests/sub/test_x.py::{name}" for name in ("test_a", "test_b", "test_c"))
     sel.finish(sel.plan(), dict.fromkeys((a, b, c), "passed"), {}, {a: ["pkg/actors.py"], b: [], c: None})
     assert main(["tests/sub/test_x.py"]) == 0
@@ -220,14 +234,19 @@ def test_config_errors_are_one_line(tmp_path: Path, text: str, message: str) -> 
 
 def test_config_defaults_and_fallbacks(tmp_path: Path) -> None:
     assert load_config(tmp_path).source_packages == ()
-    (tmp_path / "pyproject.toml").write_text("[tool.testharness]\nsource_packages = ['nemo_rl']\n")
-    cfg = load_config(tmp_path, testpaths=["tests/unit"])
-    assert cfg.source_packages == ("nemo_rl",)
-    assert cfg.source_roots == ("",) and cfg.test_roots == ("tests/unit",)
+    assert load_config(tmp_path).test_roots == ("tests",)  # settings.DEFAULT_TEST_ROOTS
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.testharness]\nsource_packages = ['pkg']\n"
+        "[tool.pytest.ini_options]\ntestpaths = ['tests/unit']\n"
+    )
+    cfg = load_config(tmp_path)
+    assert cfg.source_packages == ("pkg",)
+    assert cfg.source_roots == ("",) and cfg.test_roots == ("tests/unit",)  # pytest's testpaths
     (tmp_path / "pyproject.toml").write_text(
         "[tool.testharness]\nsource_packages = ['x']\nsource_roots = ['src']\ntest_roots = ['t']\n"
+        "[tool.pytest.ini_options]\ntestpaths = ['ignored']\n"
     )
-    cfg = load_config(tmp_path, testpaths=["ignored"])
+    cfg = load_config(tmp_path)
     assert cfg.source_roots == ("src",) and cfg.test_roots == ("t",)
 
 
@@ -235,7 +254,7 @@ def test_config_defaults_and_fallbacks(tmp_path: Path) -> None:
 def _import_digests(sources: dict[str, str]) -> dict[str, str]:
     from testharness.remote_select.import_time import import_digests
 
-    return import_digests({rel: graph_mod.parse_file(textwrap.dedent(src).encode()) for rel, src in sources.items()})
+    return import_digests({rel: graph_mod.parse_file(textwrap.dedent(src).encode()).facts for rel, src in sources.items()})
 
 
 LIB = {
@@ -376,13 +395,13 @@ def test_engine_uses_the_recorded_reach_for_body_edits_and_the_static_closure_fo
     tree["pkg/a/c.py"] = "def f():\n    return 1\n"
     tree["pkg/deep/mod.py"] = "X = 1\n\n\ndef g():\n    return 1\n"
     _tree(tmp_path, tree)
-    sel = RemoteSelector(tmp_path, CFG)
+    sel = _selector(tmp_path)
     # All three import pkg.a (closure: a/b.py, a/c.py, util.py, deep/mod.py).
     local, remote, opaque = "tests/sub/test_x.py::test_local", "tests/sub/test_x.py::test_remote", "tests/sub/test_x.py::test_opaque"
     outcomes = {local: "passed", remote: "passed", opaque: "passed"}
     reaches: dict[str, list[str] | None] = {local: [], remote: ["pkg/deep/mod.py"], opaque: None}
     sel.finish(sel.plan(), outcomes, {"tests/sub/test_x.py": sorted(outcomes)}, reaches)
-    state = json.loads((tmp_path / store.STATE_NAME).read_text())
+    state = json.loads((tmp_path / STATE_NAME).read_text())
     assert set(state["reach"]) == {local, remote}  # opaque: no reach, static closure
 
     # A body edit in a file the test sent to a worker: remote (and opaque) tests.
@@ -402,7 +421,7 @@ def test_engine_counts_only_the_functions_a_traced_actor_ran(tmp_path: Path) -> 
     tree["pkg/deep/mod.py"] = "X = 1\n\n\nclass W:\n    def ran(self):\n        return 1\n\n    def idle(self):\n        return 1\n"
     tree["pkg/worker.py"] = "from pkg.deep.mod import W\n"
     _tree(tmp_path, tree)
-    sel = RemoteSelector(tmp_path, CFG)
+    sel = _selector(tmp_path)
     traced, plain = "tests/sub/test_x.py::test_traced", "tests/sub/test_x.py::test_plain"
     outcomes = {traced: "passed", plain: "passed"}
     reaches: dict[str, list[str] | None] = {
@@ -410,7 +429,7 @@ def test_engine_counts_only_the_functions_a_traced_actor_ran(tmp_path: Path) -> 
         plain: [],
     }
     sel.finish(sel.plan(), outcomes, {"tests/sub/test_x.py": sorted(outcomes)}, reaches)
-    state = json.loads((tmp_path / store.STATE_NAME).read_text())
+    state = json.loads((tmp_path / STATE_NAME).read_text())
     stored = state["reach_lists"][state["reach"][traced]]
     assert stored[0] == "@pkg/worker.py" and stored[1] == "pkg/deep/mod.py::<module>#-"
     assert stored[2].startswith("pkg/deep/mod.py::W.ran#") and len(stored[2]) > len("pkg/deep/mod.py::W.ran#")
@@ -427,7 +446,7 @@ def test_engine_counts_only_the_functions_a_traced_actor_ran(tmp_path: Path) -> 
 
 
 def test_imports_only_type_checkers_read_are_not_in_the_closure() -> None:
-    refs = parse_refs(
+    refs = _ref_texts(
         b"from typing import TYPE_CHECKING\nimport typing\n"
         b"if TYPE_CHECKING:\n    from pkg.heavy import Model\nelse:\n    import pkg.light\n"
         b"if typing.TYPE_CHECKING:\n    import pkg.other\n"
@@ -443,7 +462,7 @@ def _seeded_selector(root: Path) -> tuple[RemoteSelector, dict[str, str], dict[s
     tree = dict(BASE)
     tree["pkg/deep/mod.py"] = "X = 1\n\n\nclass W:\n    def ran(self):\n        return 1\n"
     _tree(root, tree)
-    sel = RemoteSelector(root, CFG)
+    sel = _selector(root)
     a, b, c = "tests/sub/test_x.py::test_a", "tests/sub/test_x.py::test_b", "tests/sub/test_str.py::test_s"
     outcomes = {a: "passed", b: "passed", c: "passed"}
     collected = {"tests/sub/test_x.py": [a, b], "tests/sub/test_str.py": [c]}
@@ -476,7 +495,7 @@ def _replaced(doc: object, path: tuple[object, ...], new: object) -> object:
 WRONG = [None, 7, "x", [], {}, [7], {"k": 7}, [[7, 7, 7, 7]]]
 
 
-@pytest.mark.parametrize("name", [store.STATE_NAME, store.MAP_NAME])
+@pytest.mark.parametrize("name", [STATE_NAME, MAP_NAME])
 def test_wrong_types_deep_inside_never_raise(tmp_path: Path, name: str) -> None:
     sel, outcomes, collected, reaches = _seeded_selector(tmp_path)
     path = tmp_path / name
@@ -500,7 +519,7 @@ def test_wrong_types_deep_inside_never_raise(tmp_path: Path, name: str) -> None:
 @pytest.mark.parametrize("what", ["directory", "binary", "empty"])
 def test_state_file_that_is_not_json_text_is_replaced_with_one_warning(tmp_path: Path, what: str) -> None:
     sel, outcomes, collected, reaches = _seeded_selector(tmp_path)
-    for name in (store.STATE_NAME, store.MAP_NAME):
+    for name in (STATE_NAME, MAP_NAME):
         path = tmp_path / name
         path.unlink()
         if what == "directory":
@@ -512,11 +531,11 @@ def test_state_file_that_is_not_json_text_is_replaced_with_one_warning(tmp_path:
             path.write_bytes(b"")
     plan = sel.plan()
     assert len(plan.messages) == 2 and all("\n" not in m for m in plan.messages), plan.messages
-    assert all(m.startswith((store.STATE_NAME, store.MAP_NAME)) for m in plan.messages)
+    assert all(m.startswith((STATE_NAME, MAP_NAME)) for m in plan.messages)
     if what == "directory":
         assert all("is a directory; moved it to " in m for m in plan.messages)
         aside = sorted(p.name for p in tmp_path.iterdir() if ".corrupt-" in p.name)
-        assert [n.split(".corrupt-")[0] for n in aside] == sorted([store.MAP_NAME, store.STATE_NAME])
+        assert [n.split(".corrupt-")[0] for n in aside] == sorted([MAP_NAME, STATE_NAME])
         assert all((tmp_path / n / "inside.json").is_file() for n in aside)  # nothing lost
     assert all(plan.must_run(n) for n in outcomes)  # as on a first run
     sel.finish(plan, outcomes, collected, reaches)
@@ -585,14 +604,14 @@ def test_sessions_finishing_in_turn_lose_nothing(tmp_path: Path) -> None:
     """Two sessions plan on the same files, then each saves: the second merges onto the first."""
     _tree(tmp_path, BASE)
     x, s = "tests/sub/test_x.py::test_a", "tests/sub/test_str.py::test_s"
-    first, second = RemoteSelector(tmp_path, CFG), RemoteSelector(tmp_path, CFG)
+    first, second = _selector(tmp_path), _selector(tmp_path)
     plan_1, plan_2 = first.plan(), second.plan()
     first.finish(plan_1, {x: "passed"}, {"tests/sub/test_x.py": [x]}, {x: ["pkg/actors.py"]})
     second.finish(plan_2, {s: "passed"}, {"tests/sub/test_str.py": [s]}, {s: []})
     plan = first.plan()
     assert not plan.must_run(x) and not plan.must_run(s)
-    assert plan.reaches == {x: ("pkg/actors.py",), s: ()}
-    data = json.loads((tmp_path / store.MAP_NAME).read_text())
+    assert plan.reaches == {x: (SentModule("pkg/actors.py"),), s: ()}
+    data = json.loads((tmp_path / MAP_NAME).read_text())
     assert data["tests"]["tests/sub/test_x.py"]["nodeids"] == [x]
     assert data["tests"]["tests/sub/test_str.py"]["nodeids"] == [s]
     # A session's outcome decides for the tests it ran: a failure saved after another

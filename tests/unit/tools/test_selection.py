@@ -1,4 +1,5 @@
-"""--hf-gated / --mcore-only selection, -m / -k, missing megatron, run_first, num_gpus, hf skips."""
+"""Marker groups from [tool.testharness] (this repository's --hf-gated / --mcore-only), -m / -k,
+a missing requirement, run_first, num_gpus, hf skips, and markers registered by the plugin."""
 
 from __future__ import annotations
 
@@ -8,17 +9,33 @@ import types
 import pytest
 from testharness import hf_cache
 from testharness.selection import selected
+from testharness.settings import MarkerGroup
 
 HARNESS_PLUGINS = ("-p", "testharness.selection", "-p", "testharness.tracker")
 
+# This repository's two groups, as its pyproject.toml declares them; --strict-markers proves
+# the plugin registers every marker (the project declares none).
 MARKERS = """
-[pytest]
-markers =
-    hf_gated: gated
-    mcore: megatron
-    run_first: first
-    num_gpus(n): gpus
+[tool.pytest.ini_options]
+addopts = ["--strict-markers"]
+
+[tool.testharness.marker_groups.hf_gated]
+option = "--hf-gated"
+args = "model_id"
+description = "needs a gated Hugging Face model (run with --hf-gated)"
+hf_models = true
+
+[tool.testharness.marker_groups.mcore]
+option = "--mcore-only"
+mode = "only"
+requires = ["megatron.core"]
+requires_name = "megatron-core"
+hint = "uv run --extra mcore --group test bash tests/run_unit.sh --mcore-only"
 """
+GROUPS = (
+    MarkerGroup(name="hf_gated", option="--hf-gated"),
+    MarkerGroup(name="mcore", option="--mcore-only", mode="only"),
+)
 
 FOUR = """
 import pytest
@@ -64,7 +81,7 @@ def _collected(pytester: pytest.Pytester, *args: str) -> set[str]:
 def test_four_configurations(
     pytester: pytest.Pytester, fake_megatron: None, flags: tuple[str, ...]
 ) -> None:
-    pytester.makeini(MARKERS)
+    pytester.makepyprojecttoml(MARKERS)
     pytester.makepyfile(test_four=FOUR)
     assert _collected(pytester, *flags) == MATRIX[flags]
 
@@ -77,20 +94,19 @@ def test_selected_pure_matrix() -> None:
             ("test_mcore", {"mcore"}),
             ("test_mcore_gated", {"mcore", "hf_gated"}),
         ]:
-            assert selected(marks, "--hf-gated" in flags, "--mcore-only" in flags) == (
-                name in expected
-            ), (flags, name)
+            active = {g.name for g in GROUPS if g.option in flags}
+            assert selected(marks, GROUPS, active) == (name in expected), (flags, name)
 
 
 def test_explicit_m_replaces_the_rules(pytester: pytest.Pytester) -> None:
-    pytester.makeini(MARKERS)
+    pytester.makepyprojecttoml(MARKERS)
     pytester.makepyfile(test_four=FOUR)
     assert _collected(pytester, "-m", "hf_gated") == {"test_gated", "test_mcore_gated"}
     assert _collected(pytester, "-m", "not mcore") == {"test_plain", "test_gated"}
 
 
 def test_k_combines_with_the_rules(pytester: pytest.Pytester, fake_megatron: None) -> None:
-    pytester.makeini(MARKERS)
+    pytester.makepyprojecttoml(MARKERS)
     pytester.makepyfile(test_four=FOUR)
     assert _collected(pytester, "--hf-gated", "-k", "gated") == {"test_gated"}
     assert _collected(pytester, "--mcore-only", "--hf-gated", "-k", "gated") == {
@@ -105,7 +121,7 @@ def test_missing_megatron_stops_with_one_line(
     # None in sys.modules makes `import megatron.core` raise ImportError, installed or not.
     monkeypatch.setitem(sys.modules, "megatron", None)
     monkeypatch.setitem(sys.modules, "megatron.core", None)
-    pytester.makeini(MARKERS)
+    pytester.makepyprojecttoml(MARKERS)
     pytester.makepyfile(test_four=FOUR)
     result = pytester.runpytest_inprocess(*HARNESS_PLUGINS, "--mcore-only")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -118,7 +134,7 @@ def test_missing_megatron_stops_with_one_line(
 
 
 def test_run_first_runs_first(pytester: pytest.Pytester) -> None:
-    pytester.makeini(MARKERS)
+    pytester.makepyprojecttoml(MARKERS)
     pytester.makepyfile(
         test_a="def test_a1(): pass\ndef test_a2(): pass\n",
         test_b="import pytest\n@pytest.mark.run_first\ndef test_b_first(): pass\n"
@@ -133,7 +149,7 @@ def test_num_gpus_skips_with_the_count(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("TESTHARNESS_NUM_GPUS", "1")
-    pytester.makeini(MARKERS)
+    pytester.makepyprojecttoml(MARKERS)
     pytester.makepyfile(
         test_g="import pytest\n"
         "@pytest.mark.num_gpus(1)\ndef test_one(): pass\n"
@@ -152,7 +168,7 @@ def test_hf_gated_model_skip_names_the_model(
     monkeypatch.setattr(hc, "HF_HUB_CACHE", str(tmp_path))  # an empty cache
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    pytester.makeini(MARKERS)
+    pytester.makepyprojecttoml(MARKERS)
     pytester.makepyfile(
         test_h="import pytest\n"
         "@pytest.mark.hf_gated('org-x/gated-model')\ndef test_h(): pass\n"

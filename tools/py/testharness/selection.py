@@ -1,33 +1,53 @@
-"""pytest adapter: --hf-gated / --mcore-only selection, run_first order, num_gpus skips,
-and the skip of hf_gated tests whose model cannot be loaded.
+"""pytest adapter: marker groups from `[tool.testharness.marker_groups]`, run_first order,
+num_gpus skips, and the skip of tests whose Hugging Face model cannot be loaded.
 
-The four configurations (markers `hf_gated`, `mcore`):
+Each marker group is one marker and one option (settings.MarkerGroup). With this
+repository's two groups, `hf_gated` (opt-in, `--hf-gated`) and `mcore` (only,
+`--mcore-only`), the four configurations are:
 
     (default)                 neither marker
     --hf-gated                everything except mcore
     --mcore-only              mcore and not hf_gated
     --mcore-only --hf-gated   all mcore
 
-An explicit `-m EXPR` replaces these rules; `-k` combines with them as usual.
+An explicit `-m EXPR` replaces these rules; `-k` combines with them as usual. The plugin
+registers the groups' markers and its own (`run_first`, `num_gpus`), so a project run with
+`--strict-markers` declares none of them.
 """
 
 from __future__ import annotations
+
+import importlib
+from collections.abc import Collection, Sequence
 
 import pytest
 
 from testharness import gpu
 from testharness.hf_cache import model_unavailable_reason
+from testharness.settings import MarkerGroup, SettingsError, load_settings
 
-MCORE_HINT = "uv run --extra mcore --group test bash tests/run_unit.sh --mcore-only"
+BUILTIN_MARKERS = (
+    "run_first: run before every other test",
+    "num_gpus(n): needs at least n GPUs; skipped with the count otherwise",
+)
+
+_GROUPS = pytest.StashKey[tuple[MarkerGroup, ...]]()
 
 
-def selected(markers: set[str], hf_gated: bool, mcore_only: bool) -> bool:
-    """Whether a test with these marker names runs in the given configuration (pure)."""
-    is_mcore = "mcore" in markers
-    is_gated = "hf_gated" in markers
-    if mcore_only:
-        return is_mcore and (hf_gated or not is_gated)
-    return not is_mcore and (hf_gated or not is_gated)
+def selected(markers: Collection[str], groups: Sequence[MarkerGroup], active: Collection[str]) -> bool:
+    """Whether a test with these marker names runs when the groups named in `active` are on (pure).
+
+    An opt-in group's tests need their option. An "only" group's tests need their option,
+    and once any "only" option is on, a test needs one of the active "only" markers (and
+    none of an inactive one).
+    """
+    only_marks = {g.name for g in groups if g.only and g.name in markers}
+    only_active = {g.name for g in groups if g.only and g.name in active}
+    if only_active and not only_marks:
+        return False
+    if not only_marks <= only_active:
+        return False
+    return all(g.name in active for g in groups if not g.only and g.name in markers)
 
 
 def run_first_order(items: list[pytest.Item]) -> list[pytest.Item]:
@@ -35,15 +55,25 @@ def run_first_order(items: list[pytest.Item]) -> list[pytest.Item]:
     return sorted(items, key=lambda it: it.get_closest_marker("run_first") is None)
 
 
-def megatron_import_error() -> str | None:
-    """None when megatron.core imports, else why not (one line)."""
-    try:
-        import megatron.core  # noqa: F401
-    except ImportError as exc:
-        return str(exc) or type(exc).__name__
-    except Exception as exc:  # a broken install fails in other ways too
-        return f"{type(exc).__name__}: {exc}"
+def import_error(modules: Sequence[str]) -> str | None:
+    """None when every module imports, else why the first one does not (one line)."""
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            return str(exc) or type(exc).__name__
+        except Exception as exc:  # a broken install fails in other ways too
+            return f"{type(exc).__name__}: {exc}"
     return None
+
+
+def missing_requirement(group: MarkerGroup) -> str | None:
+    """The one-line usage error when the group's option is given without what it needs."""
+    why = import_error(group.requires)
+    if why is None:
+        return None
+    message = f"{group.option} needs {group.requires_name}, which cannot be imported ({why})"
+    return f"{message}; run it as: {group.hint}" if group.hint else message
 
 
 def required_gpus(item: pytest.Item) -> int | None:
@@ -64,48 +94,57 @@ def require_hf_model(repo_id: str) -> None:
         pytest.skip(reason)
 
 
+def _groups(config: pytest.Config) -> tuple[MarkerGroup, ...]:
+    return config.stash.get(_GROUPS, ())
+
+
+def _active(config: pytest.Config) -> set[str]:
+    return {g.name for g in _groups(config) if config.getoption(g.dest, False)}
+
+
 # --- hooks -------------------------------------------------------------------------------
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("testharness-selection", "test harness (selection)")
-    group.addoption(
-        "--hf-gated",
-        action="store_true",
-        default=False,
-        help="also run tests marked hf_gated (gated Hugging Face models)",
-    )
-    group.addoption(
-        "--mcore-only",
-        action="store_true",
-        default=False,
-        help="run only tests marked mcore (needs: uv run --extra mcore ...)",
-    )
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser) -> None:
+    # The groups' options depend on the project's pyproject.toml, known (rootpath) only now;
+    # options added here are still parsed with the command line.
+    try:
+        groups = load_settings(early_config.rootpath).marker_groups
+    except SettingsError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    early_config.stash[_GROUPS] = groups
+    section = parser.getgroup("testharness-selection", "test harness (selection)")
+    for g in groups:
+        if g.only:
+            help_ = f"run only tests marked {g.name}" + (f" (needs: {g.hint})" if g.hint else "")
+        else:
+            help_ = f"also run tests marked {g.name}" + (f" ({g.description})" if g.description else "")
+        section.addoption(g.option, action="store_true", default=False, dest=g.dest, help=help_)
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    for line in (*BUILTIN_MARKERS, *(g.marker_line for g in _groups(config))):
+        config.addinivalue_line("markers", line)
     config.pluginmanager.register(_RunFirst(), f"testharness-run-first-{id(config)}")
-    if config.getoption("mcore_only", False):
-        why = megatron_import_error()
-        if why is not None:
-            # A UsageError prints one `ERROR: ...` line (no traceback) and exits before collection.
-            raise pytest.UsageError(
-                f"--mcore-only needs megatron-core, which cannot be imported ({why}); "
-                f"run it as: {MCORE_HINT}"
-            )
+    for g in _groups(config):
+        if config.getoption(g.dest, False):
+            problem = missing_requirement(g)
+            if problem is not None:
+                # A UsageError prints one `ERROR: ...` line (no traceback) and exits before collection.
+                raise pytest.UsageError(problem)
 
 
 @pytest.hookimpl(tryfirst=True)  # filter before sharding splits the list
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.getoption("markexpr", ""):
+    groups = _groups(config)
+    if config.getoption("markexpr", "") or not groups:
         return  # an explicit -m replaces the configuration rules
-    hf_gated = bool(config.getoption("hf_gated", False))
-    mcore_only = bool(config.getoption("mcore_only", False))
+    active = _active(config)
     keep: list[pytest.Item] = []
     drop: list[pytest.Item] = []
     for item in items:
         names = {m.name for m in item.iter_markers()}
-        (keep if selected(names, hf_gated, mcore_only) else drop).append(item)
+        (keep if selected(names, groups, active) else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
@@ -126,8 +165,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         have = gpu.cluster_gpu_count()
         if have < need:
             pytest.skip(f"needs {need} GPU{'s' if need > 1 else ''}, {have} available")
-    mark = item.get_closest_marker("hf_gated")
-    if mark is not None:
-        for repo_id in mark.args:
-            if isinstance(repo_id, str):
-                require_hf_model(repo_id)
+    for g in _groups(item.config):
+        mark = item.get_closest_marker(g.name) if g.hf_models else None
+        if mark is not None:
+            for repo_id in mark.args:
+                if isinstance(repo_id, str):
+                    require_hf_model(repo_id)

@@ -1,21 +1,89 @@
-"""`[tool.testharness]` from the project's pyproject.toml (pure: no pytest, no Ray).
+"""`[tool.testharness]` from the project's pyproject.toml: the ONE loader (pure: no pytest, no Ray).
 
-The harness knows nothing of the project it tests; package names and paths come from here.
-Every key has a default so a project without the table still works.
+The harness knows nothing of the project it tests; package names, paths, marker groups and
+state file names come from here. Every key has a default, so a project without the table
+still works. A bad value is a `SettingsError` whose message is one line naming the file and
+the key. Example (this repository's values):
+
+    [tool.testharness]
+    source_packages = ["nemo_rl"]          # files that form the remote-selection import graph
+    source_roots = ["."]                   # directories holding those packages
+    test_roots = ["tests/unit"]            # default: [tool.pytest.ini_options] testpaths, else ["tests"]
+    results_dir = "tests/unit"             # unit_results.json and unit_results/ go here
+    assets_script = "tests/unit/prepare_unit_test_assets.py"
+    assets_dir = "tests/unit/test_assets"
+    remote_map_file = ".nrl_remote_map.json"
+    remote_state_file = ".nrl_remote_state.json"
+
+    [tool.testharness.marker_groups.hf_gated]   # the table's name is the marker
+    option = "--hf-gated"                  # the pytest option that selects the group
+    mode = "opt-in"                        # "opt-in": skipped unless the option adds them
+    args = "model_id"                      # shown in `pytest --markers`
+    description = "needs a gated Hugging Face model (run with --hf-gated)"
+    hf_models = true                       # positional args are HF repo ids: skip when unloadable
+
+    [tool.testharness.marker_groups.mcore]
+    option = "--mcore-only"
+    mode = "only"                          # "only": the option runs these tests and no others
+    description = "needs megatron-core (run with --mcore-only, install with --extra mcore)"
+    requires = ["megatron.core"]           # modules that must import when the option is given
+    requires_name = "megatron-core"        # what the error calls them
+    hint = "uv run --extra mcore --group test bash tests/run_unit.sh --mcore-only"
 """
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 DEFAULT_RESULTS_DIR = "tests/unit"
-DEFAULT_TEST_ROOTS = ("tests/unit",)
+DEFAULT_TEST_ROOTS = ("tests",)  # used when neither test_roots nor pytest's testpaths is set
 DEFAULT_ASSETS_SCRIPT = "tests/unit/prepare_unit_test_assets.py"
 DEFAULT_ASSETS_DIR = "tests/unit/test_assets"
 DEFAULT_REMOTE_MAP_FILE = ".testharness_remote_map.json"
 DEFAULT_REMOTE_STATE_FILE = ".testharness_remote_state.json"
+MODES = ("opt-in", "only")
+TABLE = "[tool.testharness]"
+
+_MARKER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_OPTION = re.compile(r"--[A-Za-z0-9][A-Za-z0-9-]*")
+
+
+@dataclass(frozen=True)
+class MarkerGroup:
+    """Tests carrying one marker, selected by one pytest option.
+
+    mode "opt-in": the tests are left out unless the option is given (e.g. gated models).
+    mode "only":   the tests are left out unless the option is given, and then they are the
+                   only ones that run (e.g. an optional heavy dependency).
+    """
+
+    name: str
+    option: str
+    mode: str = "opt-in"
+    description: str = ""
+    args: str = ""
+    requires: tuple[str, ...] = ()
+    requires_name: str = ""
+    hint: str = ""
+    hf_models: bool = False
+
+    @property
+    def only(self) -> bool:
+        return self.mode == "only"
+
+    @property
+    def dest(self) -> str:
+        """The option's attribute name on pytest's config (`--mcore-only` -> `mcore_only`)."""
+        return self.option.lstrip("-").replace("-", "_")
+
+    @property
+    def marker_line(self) -> str:
+        """The line pytest's `markers` ini value takes (`name(args): description`)."""
+        head = f"{self.name}({self.args})" if self.args else self.name
+        return f"{head}: {self.description or f'selected by {self.option}'}"
 
 
 @dataclass(frozen=True)
@@ -24,6 +92,7 @@ class Settings:
 
     root: Path
     source_packages: tuple[str, ...] = ()
+    source_roots: tuple[Path, ...] = ()
     results_dir: Path = field(default=Path(DEFAULT_RESULTS_DIR))
     test_roots: tuple[Path, ...] = ()
     assets_script: Path = field(default=Path(DEFAULT_ASSETS_SCRIPT))
@@ -31,49 +100,137 @@ class Settings:
     # remote-aware selection's two files (key: a path relative to the root; resolved here)
     remote_map_file: Path = field(default=Path(DEFAULT_REMOTE_MAP_FILE))
     remote_state_file: Path = field(default=Path(DEFAULT_REMOTE_STATE_FILE))
+    marker_groups: tuple[MarkerGroup, ...] = ()
 
 
 class SettingsError(ValueError):
     """A malformed [tool.testharness] table (the message is one line for the user)."""
 
 
-def _str_list(table: dict[str, object], key: str, default: tuple[str, ...]) -> tuple[str, ...]:
-    value = table.get(key, list(default))
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise SettingsError(f"[tool.testharness] {key} must be a list of strings, got {value!r}")
-    return tuple(value)
+class _Table:
+    """One TOML table and where it came from, so every error names the file and the key."""
+
+    def __init__(self, data: dict[str, object], file: Path, prefix: str) -> None:
+        self.data, self.file, self.prefix = data, file, prefix
+
+    def error(self, key: str, problem: str) -> SettingsError:
+        return SettingsError(f"{self.file}: {self.prefix} {key} {problem}")
+
+    def str_list(self, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
+        value = self.data.get(key, list(default))
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.error(key, f"must be a list of strings, got {value!r}")
+        return tuple(value)
+
+    def text(self, key: str, default: str, *, empty: bool = False) -> str:
+        value = self.data.get(key, default)
+        if not isinstance(value, str) or (not value and not empty):
+            raise self.error(key, f"must be a non-empty string, got {value!r}")
+        return value
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.data.get(key, default)
+        if not isinstance(value, bool):
+            raise self.error(key, f"must be true or false, got {value!r}")
+        return value
+
+    def inside(self, root: Path, key: str, value: str) -> Path:
+        """`root / value`, refusing absolute paths and `..` (the path must stay in the project)."""
+        rel = PurePosixPath(value.replace("\\", "/").strip())
+        if rel.is_absolute() or ".." in rel.parts:
+            raise self.error(key, f"{value!r} must be a path inside the repository")
+        return root / rel
 
 
-def _str(table: dict[str, object], key: str, default: str) -> str:
-    value = table.get(key, default)
-    if not isinstance(value, str) or not value:
-        raise SettingsError(f"[tool.testharness] {key} must be a non-empty string, got {value!r}")
+def _read_pyproject(pyproject: Path) -> dict[str, object]:
+    if not pyproject.is_file():
+        return {}
+    try:
+        return tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise SettingsError(f"{pyproject}: cannot parse: {exc}") from None
+
+
+def _sub_table(parent: dict[str, object], key: str, file: Path, name: str) -> dict[str, object]:
+    value = parent.get(key, {})
+    if not isinstance(value, dict):
+        raise SettingsError(f"{file}: {name} must be a table")
     return value
+
+
+def _marker_groups(table: _Table) -> tuple[MarkerGroup, ...]:
+    raw = _sub_table(table.data, "marker_groups", table.file, f"{TABLE[:-1]}.marker_groups]")
+    groups: list[MarkerGroup] = []
+    for name, spec in raw.items():
+        if not _MARKER_NAME.fullmatch(name):
+            raise table.error(f"marker_groups.{name}", "is not a marker name (letters, digits, _)")
+        if not isinstance(spec, dict):
+            raise table.error(f"marker_groups.{name}", "must be a table")
+        t = _Table(spec, table.file, f"{TABLE[:-1]}.marker_groups.{name}]")
+        option = t.text("option", "")
+        if not _OPTION.fullmatch(option):
+            raise t.error("option", f"must look like --some-flag, got {option!r}")
+        mode = t.text("mode", "opt-in")
+        if mode not in MODES:
+            raise t.error("mode", f"must be one of {', '.join(MODES)}, got {mode!r}")
+        unknown = sorted(set(spec) - {"option", "mode", "description", "args", "requires",
+                                      "requires_name", "hint", "hf_models"})  # fmt: skip
+        if unknown:
+            raise t.error(unknown[0], "is not a known key")
+        requires = t.str_list("requires", ())
+        groups.append(MarkerGroup(
+            name=name,
+            option=option,
+            mode=mode,
+            description=t.text("description", "", empty=True),
+            args=t.text("args", "", empty=True),
+            requires=requires,
+            requires_name=t.text("requires_name", ", ".join(requires), empty=True),
+            hint=t.text("hint", "", empty=True),
+            hf_models=t.flag("hf_models", False),
+        ))  # fmt: skip
+    options = [g.option for g in groups]
+    for g in groups:
+        if options.count(g.option) > 1:
+            raise table.error(f"marker_groups.{g.name}.option", f"{g.option} is used by two groups")
+    return tuple(groups)
 
 
 def load_settings(root: Path) -> Settings:
     """Read `root/pyproject.toml`'s [tool.testharness]; defaults when the file or table is absent."""
-    table: dict[str, object] = {}
     pyproject = root / "pyproject.toml"
-    if pyproject.is_file():
-        try:
-            data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-        except tomllib.TOMLDecodeError as exc:
-            raise SettingsError(f"{pyproject}: not valid TOML ({exc})") from None
-        tool = data.get("tool", {})
-        raw = tool.get("testharness", {}) if isinstance(tool, dict) else {}
-        if not isinstance(raw, dict):
-            raise SettingsError(f"{pyproject}: [tool.testharness] must be a table")
-        table = raw
+    data = _read_pyproject(pyproject)
+    tool = _sub_table(data, "tool", pyproject, "[tool]")
+    table = _Table(_sub_table(tool, "testharness", pyproject, TABLE), pyproject, TABLE)
+    pytest_table = _sub_table(tool, "pytest", pyproject, "[tool.pytest]")
+    ini_name = "[tool.pytest.ini_options]"
+    ini = _Table(_sub_table(pytest_table, "ini_options", pyproject, ini_name), pyproject, ini_name)
+    packages = table.str_list("source_packages", ())
+    for name in packages:
+        if not name.isidentifier():
+            raise table.error("source_packages", f"{name!r} is not a top-level package name")
+    # One default for the test roots: pytest's testpaths, else DEFAULT_TEST_ROOTS.
+    test_roots = table.str_list("test_roots", ini.str_list("testpaths", DEFAULT_TEST_ROOTS))
+
+    def paths(key: str, values: tuple[str, ...]) -> tuple[Path, ...]:
+        return tuple(dict.fromkeys(table.inside(root, key, v) for v in values))
+
+    def file(key: str, default: str) -> Path:
+        return table.inside(root, key, table.text(key, default))
+
     return Settings(
         root=root,
-        source_packages=_str_list(table, "source_packages", ()),
-        results_dir=root / _str(table, "results_dir", DEFAULT_RESULTS_DIR),
-        test_roots=tuple(root / p for p in _str_list(table, "test_roots", DEFAULT_TEST_ROOTS)),
-        assets_script=root / _str(table, "assets_script", DEFAULT_ASSETS_SCRIPT),
-        assets_dir=root / _str(table, "assets_dir", DEFAULT_ASSETS_DIR),
-        remote_map_file=root / _str(table, "remote_map_file", DEFAULT_REMOTE_MAP_FILE),
-        remote_state_file=root / _str(table, "remote_state_file", DEFAULT_REMOTE_STATE_FILE),
+        source_packages=tuple(dict.fromkeys(packages)),
+        source_roots=paths("source_roots", table.str_list("source_roots", (".",))),
+        results_dir=root / table.text("results_dir", DEFAULT_RESULTS_DIR),
+        test_roots=paths("test_roots", test_roots),
+        assets_script=root / table.text("assets_script", DEFAULT_ASSETS_SCRIPT),
+        assets_dir=root / table.text("assets_dir", DEFAULT_ASSETS_DIR),
+        remote_map_file=file("remote_map_file", DEFAULT_REMOTE_MAP_FILE),
+        remote_state_file=file("remote_state_file", DEFAULT_REMOTE_STATE_FILE),
+        marker_groups=_marker_groups(table),
     )
 
 
