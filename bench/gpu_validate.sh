@@ -16,6 +16,9 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 python3 -c 'import ray' 2>/dev/null || python3 -m pip install -q --no-index --no-deps --no-compile \
     --no-cache-dir --upgrade --target /tmp/site "$WHEELS"/*.whl || exit 2
 export PYTHONPATH="$PWD:$PWD/tools/py:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+# No install here (no uv, no registry, maybe no build backend): the harness comes from the
+# checkout, so its pytest11 entry point does not exist; -p loads the same plugin by name.
+export PYTEST_ADDOPTS="-p testharness.plugin${PYTEST_ADDOPTS:+ $PYTEST_ADDOPTS}"
 nvidia-smi -L | tee "$OUT/gpus.txt"
 python3 tests/unit/prepare_unit_test_assets.py >/dev/null || exit 2
 rc=0
