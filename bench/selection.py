@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT / "tools" / "py"))
 from testharness.remote_select import store  # noqa: E402
 from testharness.remote_select.config import SelectConfig, load_config  # noqa: E402
 from testharness.remote_select.engine import RemoteSelector  # noqa: E402
+from testharness.settings import load_settings  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bench_common import update_section  # noqa: E402
@@ -94,7 +95,7 @@ def time_tree(n_files: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="selbench_") as tmp:
         root = Path(tmp)
         cfg = generate_tree(root, n_files)
-        sel = RemoteSelector(root, cfg)
+        sel = RemoteSelector(root, cfg, store.StateFiles(root / "map.json", root / "state.json"))
         t0 = time.perf_counter()
         plan = sel.plan()
         t1 = time.perf_counter()
@@ -191,7 +192,7 @@ def mutation_benchmark(args: argparse.Namespace, cfg: SelectConfig) -> dict[str,
     pypath = os.pathsep.join(p for p in (str(ROOT), str(ROOT / "tools" / "py"), os.environ.get("PYTHONPATH", "")) if p)
     env = dict(os.environ, RAY_TMPDIR=os.environ.get("RAY_TMPDIR", "/tmp/ray_selbench"), PYTHONPATH=pypath)
     work = Path(tempfile.mkdtemp(prefix="selbench_run_"))
-    keep = [ROOT / ".testmondata", ROOT / store.MAP_NAME, ROOT / store.STATE_NAME]
+    keep = [ROOT / ".testmondata", *store.StateFiles.of(load_settings(ROOT))]
     saved = work / "saved"
     saved.mkdir()
     for p in keep:  # the user's own files come back at the end

@@ -24,10 +24,13 @@ pytest_plugins = ["pytester"]
 
 PLUGIN = "testharness.remote_select.plugin"
 
-PYPROJECT = """
+MAP_FILE, STATE_FILE = ".sel_map.json", ".sel_state.json"  # [tool.testharness] remote_*_file below
+PYPROJECT = f"""
 [tool.testharness]
 source_packages = ["mylib"]
 test_roots = ["tests"]
+remote_map_file = "{MAP_FILE}"
+remote_state_file = "{STATE_FILE}"
 
 [tool.pytest.ini_options]
 testpaths = ["tests"]
@@ -175,9 +178,8 @@ class Project:
 
     def run(self, *args: str, plugin: bool = True, cwd: Path | None = None) -> tuple[pytest.RunResult, dict[str, str]]:
         """Run pytest --testmon in a subprocess; return the result and {nodeid: outcome}."""
-        cmd = [sys.executable, "-m", "pytest", "--testmon", "-v"]
-        if plugin:
-            cmd += ["-p", PLUGIN]
+        # The harness's entry point loads the plugin anyway: `-p no:` is testmon alone.
+        cmd = [sys.executable, "-m", "pytest", "--testmon", "-v", "-p", PLUGIN if plugin else f"no:{PLUGIN}"]
         old = os.getcwd()
         os.chdir(cwd or self.path)
         try:
@@ -210,8 +212,8 @@ def seeded(project: Project) -> Project:
     """A project after a first full, green run (the seed) and a second one with no change."""
     result, ran = project.run()
     assert set(ran) == ALL and set(ran.values()) == {"PASSED"}, result.stdout.str()
-    assert (project.path / ".nrl_remote_state.json").is_file()
-    assert (project.path / ".nrl_remote_map.json").is_file()
+    assert (project.path / STATE_FILE).is_file()
+    assert (project.path / MAP_FILE).is_file()
     return project
 
 
@@ -316,7 +318,7 @@ def test_import_kinds_select_their_tests(seeded: Project, rel: str, old: str, ne
 
 
 def test_parametrised_ids_are_state_keys(seeded: Project) -> None:
-    state = json.loads((seeded.path / ".nrl_remote_state.json").read_text())
+    state = json.loads((seeded.path / STATE_FILE).read_text())
     assert {"tests/test_local.py::test_add[1]", "tests/test_local.py::test_add[2]"} <= set(state["tests"])
     seeded.edit("mylib/local.py", "return a + b", "return b + a")
     _, ran = seeded.run()
@@ -370,8 +372,8 @@ def test_new_tests_are_run(seeded: Project) -> None:
     "which", ["state-garbage", "state-foreign-version", "state-directory", "map-garbage", "map-wrong-shape", "map-directory"]
 )
 def test_corrupted_files_are_rebuilt_with_one_warning(seeded: Project, which: str) -> None:
-    state = seeded.path / ".nrl_remote_state.json"
-    map_ = seeded.path / ".nrl_remote_map.json"
+    state = seeded.path / STATE_FILE
+    map_ = seeded.path / MAP_FILE
     if which.endswith("directory"):
         target = state if which.startswith("state") else map_
         target.unlink()
@@ -445,9 +447,9 @@ def test_concurrent_sessions_merge_their_records(project: Project, tmp_path_fact
     assert len(os.listdir(barrier)) == 2  # both reached their end before either saved
     ran_together = set().union(*mine.values())
 
-    state = json.loads((project.path / ".nrl_remote_state.json").read_text())
+    state = json.loads((project.path / STATE_FILE).read_text())
     assert ran_together <= set(state["tests"])
-    map_tests = json.loads((project.path / ".nrl_remote_map.json").read_text())["tests"]
+    map_tests = json.loads((project.path / MAP_FILE).read_text())["tests"]
     for tfile, nodeids in mine.items():
         assert set(map_tests[tfile]["nodeids"]) == nodeids
     # The next run adds only what neither session ran: both sessions' passes were kept.
@@ -462,8 +464,8 @@ def test_concurrent_sessions_merge_their_records(project: Project, tmp_path_fact
 
 
 def test_deleting_both_files_reseeds(seeded: Project) -> None:
-    (seeded.path / ".nrl_remote_state.json").unlink()
-    (seeded.path / ".nrl_remote_map.json").unlink()
+    (seeded.path / STATE_FILE).unlink()
+    (seeded.path / MAP_FILE).unlink()
     _, ran = seeded.run()
     assert set(ran) == ALL
     _, ran = seeded.run()
@@ -498,13 +500,13 @@ def test_inert_without_source_packages(project: Project) -> None:
     assert set(ran) == ALL
     lines = project.header(result)
     assert len(lines) == 1 and "source_packages" in lines[0]
-    assert not (project.path / ".nrl_remote_state.json").exists()
+    assert not list(project.path.glob(".*state*.json"))
 
 
 def test_does_nothing_without_testmon(project: Project) -> None:
     result = project.pytester.runpytest_subprocess("-p", PLUGIN, "-q")
     result.assert_outcomes(passed=len(ALL))
-    assert not (project.path / ".nrl_remote_state.json").exists()
+    assert not list(project.path.glob(".*state*.json"))
     assert "remote-select" not in result.stdout.str()
 
 
@@ -585,7 +587,7 @@ def test_reach_record_selects_the_tests_that_sent_the_code_to_a_ray_worker(
         proj.write(rel, text)
     result, ran = proj.run()
     assert ran == {RUN: "PASSED", DESCRIBE: "PASSED"}, result.stdout.str()
-    state = json.loads((proj.path / ".nrl_remote_state.json").read_text())
+    state = json.loads((proj.path / STATE_FILE).read_text())
     reach = {n: [e.partition("#")[0] for e in state["reach_lists"][rid]] for n, rid in state["reach"].items()}
     # The actor was created by a module fixture and started with ray.init (Ray's own
     # processes do not make the test opaque); its worker reported the functions it ran (what

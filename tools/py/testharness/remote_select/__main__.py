@@ -2,37 +2,52 @@
 
 Prints each file's static import closure (what import-time edits are checked against) and,
 per test, the run-time reach recorded at its last passing `--testmon` run (what body edits
-are checked against; see reach.py). Run from the repository root.
+are checked against; see reach.py). Run from the repository root (or pass --root).
+
+`add_arguments` and `run` are the subcommand's two halves, for `testharness explain`.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
+
+from testharness.settings import SettingsError, load_settings
 
 from .config import ConfigError, load_config
 from .graph import build_graph, hash_files, parse_refs, scan_files
+from .records import format_reach
 from .store import load_state
 
+DESCRIPTION = "Why the tests of these files get selected under --testmon: static closure and recorded reach."
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    root = Path.cwd()
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("test_files", nargs="+", metavar="TEST_FILE", help="a test file, relative to the root")
+    parser.add_argument("--root", type=Path, default=None, help="the project root (default: the current directory)")
+
+
+def run(args: argparse.Namespace) -> int:
+    root: Path = (args.root or Path.cwd()).resolve()
     try:
         cfg = load_config(root)
-    except ConfigError as exc:
+        state_file = load_settings(root).remote_state_file
+    except (ConfigError, SettingsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if not cfg.source_packages or not args:
-        print("usage: python -m testharness.remote_select TEST_FILE... (needs [tool.testharness] source_packages)", file=sys.stderr)
+    if not cfg.source_packages:
+        print(f"error: [tool.testharness] source_packages is not set in {root / 'pyproject.toml'}", file=sys.stderr)
         return 2
     files = scan_files(str(root), cfg)
     digests = hash_files(files)
     refs = {d: parse_refs(Path(files[r]).read_bytes()) for r, d in digests.items()}
     graph = build_graph(cfg, digests, refs)
-    state, _ = load_state(root)
+    state, _ = load_state(state_file)
     status = 0
-    for arg in args:
+    for arg in args.test_files:
         rel = Path(arg).as_posix()
         if rel not in graph.index:
             print(f"error: {rel} is not a Python file under the test roots or source packages", file=sys.stderr)
@@ -47,9 +62,22 @@ def main(argv: list[str] | None = None) -> int:
             if reach is None:
                 shown = "unknown (started a process, or recorded before): its static closure counts"
             else:
-                shown = ", ".join(reach) or "nothing sent to Ray workers"
+                shown = ", ".join(format_reach(reach)) or "nothing sent to Ray workers"
             print(f"  {nodeid.split('::', 1)[1]}: {shown}")
     return status
+
+
+class _OneLineErrors(argparse.ArgumentParser):
+    """Bad input is one line (`prog: error: ...`), exit 2; `--help` still prints the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _OneLineErrors(prog="python -m testharness.remote_select", description=DESCRIPTION)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -22,12 +22,21 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from . import store
 from .config import SelectConfig
 from .graph import Graph, build_graph, hash_files, is_test_file, parse_file, scan_files
 from .import_time import import_digests, unparsed_facts
+from .records import (
+    ActorModule,
+    ParsedFile,
+    RanFunction,
+    ReachEntry,
+    RecordError,
+    SentModule,
+    parse_reach_entry,
+    sorted_reach,
+)
 
 OK_OUTCOMES = frozenset({"passed", "skipped"})  # a skip is not a failure to re-run
 
@@ -52,7 +61,7 @@ class Plan:
     affected_tests: set[str]  # recorded tests whose closure changed
     records: dict[str, str]  # nodeid -> generation id (as loaded)
     generations: dict[str, dict[str, str]]
-    reaches: dict[str, tuple[str, ...]]  # nodeid -> recorded remote reach (as loaded)
+    reaches: dict[str, tuple[ReachEntry, ...]]  # nodeid -> recorded remote reach (as loaded)
     map_data: store.MapData
     map_dirty: bool
     graph: Graph | None
@@ -61,7 +70,7 @@ class Plan:
     imports_loaded: dict[str, dict[str, str]] = field(default_factory=dict)  # gid -> import digests
     imports: dict[str, str] | None = None  # current import digests, once computed
     units: dict[str, dict[str, str]] = field(default_factory=dict)  # rel -> function body digests, as needed
-    map_tests_loaded: dict[str, dict[str, Any]] = field(default_factory=dict)  # the map's test entries, as loaded
+    map_tests_loaded: dict[str, tuple[str, ...]] = field(default_factory=dict)  # the map's node ids, as loaded
 
     def must_run(self, nodeid: str) -> bool:
         """True when this test has to run whatever testmon says."""
@@ -73,9 +82,10 @@ class Plan:
 class RemoteSelector:
     """Build a Plan at configure time; record results at session end."""
 
-    def __init__(self, root: Path, cfg: SelectConfig):
+    def __init__(self, root: Path, cfg: SelectConfig, files: store.StateFiles):
         self.root = root
         self.cfg = cfg
+        self.files = files
 
     # -- graph -----------------------------------------------------------------------
     def _graph(self, digests: dict[str, str], files: dict[str, str], old: store.MapData | None) -> tuple[Graph, store.MapData, bool]:
@@ -84,7 +94,7 @@ class RemoteSelector:
         if old is not None and old.config == fp and old.files == digests and set(old.deps) == set(digests):
             return _graph_from_deps(digests, old.deps), old, False
         parsed = _parse_all(digests, files, old.parsed if old is not None else {})
-        graph = build_graph(self.cfg, digests, {d: p["refs"] for d, p in parsed.items()})
+        graph = build_graph(self.cfg, digests, {d: p.refs for d, p in parsed.items()})
         deps = {graph.nodes[i]: [graph.nodes[j] for j in graph.deps[i]] for i in range(graph.n_files)}
         tests = dict(old.tests) if old is not None else {}
         new = store.MapData(config=fp, files=dict(digests), parsed=parsed, deps=deps, tests=tests)
@@ -94,16 +104,16 @@ class RemoteSelector:
         """Import digests of the current tree (import_time.py), computed once per plan."""
         if plan.imports is None:
             parsed = _parse_all(plan.digests, plan.files, plan.map_data.parsed)
-            plan.imports = import_digests({rel: parsed[d] for rel, d in plan.digests.items()})
+            plan.imports = import_digests({rel: parsed[d].facts for rel, d in plan.digests.items()})
         return plan.imports
 
     # -- plan ------------------------------------------------------------------------
     def plan(self) -> Plan:
         messages: list[str] = []
-        old_map, warn = store.load_map(self.root)
+        old_map, warn = store.load_map(self.files.map_file)
         if warn:
             messages.append(warn)
-        state, warn = store.load_state(self.root)
+        state, warn = store.load_state(self.files.state_file)
         if warn:
             messages.append(warn)
         generations, records, reaches = state.generations, state.tests, state.reaches
@@ -137,7 +147,7 @@ class RemoteSelector:
             graph=graph,
             messages=messages,
             imports_loaded=state.imports,
-            map_tests_loaded={t: dict(e) for t, e in old_map.tests.items()} if old_map is not None else {},
+            map_tests_loaded=dict(old_map.tests) if old_map is not None else {},
         )
         affected_tests = plan.affected_tests
         changed_hits: set[str] = set()
@@ -150,7 +160,7 @@ class RemoteSelector:
                 gid: graph.bits_of(_diff(state.imports[gid], imports)) if gid in state.imports else content_bits[gid]
                 for gid in changed_by_gen
             }
-            memo: dict[tuple[str, object, str], int] = {}
+            memo: dict[tuple[str, tuple[ReachEntry, ...] | None, str], int] = {}
             for nodeid, gid in records.items():
                 tfile = test_file_of(nodeid)
                 if tfile not in test_files:
@@ -178,9 +188,8 @@ class RemoteSelector:
         recorded_files = {test_file_of(n) for n in records}
         affected_files = {test_file_of(n) for n in affected_tests}
         affected_files.update(t for t in test_files if t not in recorded_files)
-        for tfile, info in map_data.tests.items():
-            nodeids = info.get("nodeids")
-            if tfile in test_files and isinstance(nodeids, list) and any(isinstance(n, str) and n not in records for n in nodeids):
+        for tfile, nodeids in map_data.tests.items():
+            if tfile in test_files and any(n not in records for n in nodeids):
                 affected_files.add(tfile)
 
         plan.affected_files = affected_files
@@ -194,19 +203,19 @@ class RemoteSelector:
             out: dict[str, str] = {}
             digest = plan.digests.get(rel)
             if digest is not None:
-                facts = _parse_all({rel: digest}, plan.files, plan.map_data.parsed)[digest]
-                for qualname, body, *_ in facts["funcs"]:
-                    out[qualname] = out[qualname] + body if qualname in out else body
+                parsed = _parse_all({rel: digest}, plan.files, plan.map_data.parsed)[digest]
+                for fn in parsed.facts.funcs:  # a name defined twice (if/else): both bodies
+                    out[fn.qualname] = out[fn.qualname] + fn.body_digest if fn.qualname in out else fn.body_digest
             cache[rel] = out
         return cache[rel]
 
     def _changed_units(
-        self, plan: Plan, graph: Graph, units: list[tuple[str, str, str]], content: int, imports: int, tfile: str
+        self, plan: Plan, graph: Graph, units: list[RanFunction], content: int, imports: int, tfile: str
     ) -> int:
         """Bits of the files where a function that ran in a traced actor changed, or where
         import-time code changed in a file such a function lives in."""
         bits = 0
-        for rel, qualname, digest in units:
+        for rel, qualname, digest in ((u.path, u.qualname, u.digest) for u in units):
             if rel not in plan.digests:
                 bits |= graph.bits_of({tfile})  # its file is gone: the test must show what that does
                 continue
@@ -233,13 +242,16 @@ class RemoteSelector:
         reaches = reaches or {}
         new_gid = generation_id(plan.digests)
         tests: dict[str, str] = {}
-        kept_reach: dict[str, tuple[str, ...]] = {}
+        kept_reach: dict[str, tuple[ReachEntry, ...]] = {}
 
         def passed_now(nodeid: str) -> None:
             tests[nodeid] = new_gid
             reach = reaches.get(nodeid)
             if reach is not None:
-                kept_reach[nodeid] = self._with_digests(plan, reach)
+                try:
+                    kept_reach[nodeid] = self._with_digests(plan, [parse_reach_entry(e) for e in reach])
+                except RecordError:
+                    pass  # not the recorder's form: unknown reach, the static closure counts
 
         for nodeid, gid in plan.records.items():
             if test_file_of(nodeid) not in plan.test_files:
@@ -267,9 +279,8 @@ class RemoteSelector:
         map_data = plan.map_data
         dirty = plan.map_dirty
         for tfile, nodeids in collected.items():
-            old = map_data.tests.get(tfile, {}).get("nodeids")
-            if old != sorted(nodeids):
-                map_data.tests.setdefault(tfile, {})["nodeids"] = sorted(nodeids)
+            if map_data.tests.get(tfile) != tuple(sorted(nodeids)):
+                map_data.tests[tfile] = tuple(sorted(nodeids))
                 dirty = True
         for tfile in list(map_data.tests):
             if tfile not in plan.test_files:
@@ -279,60 +290,48 @@ class RemoteSelector:
             # Closures are not stored (they grow as files x tests); `python -m
             # testharness.remote_select TEST_FILE` prints one from the stored graph.
             for tfile in plan.test_files:
-                entry = map_data.tests.setdefault(tfile, {})
-                entry.setdefault("nodeids", [])
+                map_data.tests.setdefault(tfile, ())
         if not (save_state or dirty):
             return
         # Another session may have saved since this one loaded: merge onto what is there now.
-        with store.locked(self.root):
+        with store.locked(self.files):
             if save_state:
-                theirs, _ = store.load_state(self.root)  # its warning was shown at plan time
+                theirs, _ = store.load_state(self.files.state_file)  # its warning was shown at plan time
                 base = store.State(plan.generations, plan.records, plan.reaches, plan.imports_loaded)
-                store.save_state(self.root, store.merge_state(base, ours, theirs, set(outcomes)))
+                store.save_state(self.files.state_file, store.merge_state(base, ours, theirs, set(outcomes)))
             if dirty:
-                on_disk, _ = store.load_map(self.root)
+                on_disk, _ = store.load_map(self.files.map_file)
                 if on_disk is not None:
                     merged = store.merge_map_tests(plan.map_tests_loaded, map_data.tests, on_disk.tests, set(collected))
                     map_data.tests = {t: e for t, e in merged.items() if t in plan.test_files}
-                store.save_map(self.root, map_data)
+                store.save_map(self.files.map_file, map_data)
 
-    def _with_digests(self, plan: Plan, reach: list[str]) -> tuple[str, ...]:
-        """Reach entries as stored: a function that ran remotely gets its body digest
-        ("path::Qual.name#digest"); one of a file outside the scanned tree counts whole."""
-        out: set[str] = set()
+    def _with_digests(self, plan: Plan, reach: list[ReachEntry]) -> tuple[ReachEntry, ...]:
+        """Reach entries as stored: a function that ran remotely gets its body digest; one
+        of a file outside the scanned tree counts whole."""
+        out: set[ReachEntry] = set()
         for entry in reach:
-            rel, sep, qualname = entry.partition("::")
-            if not sep:
+            if not isinstance(entry, RanFunction):
                 out.add(entry)
-            elif rel in plan.digests:
-                digest = self.unit_digests(plan, rel).get(qualname)
+            elif entry.path in plan.digests:
+                digest = self.unit_digests(plan, entry.path).get(entry.qualname)
                 # Module level and class bodies: import-time code, which import digests cover.
-                out.add(f"{rel}::{qualname}#{digest}" if digest else f"{rel}::{MODULE_LEVEL}#{NOT_A_FUNCTION}")
+                out.add(RanFunction(entry.path, entry.qualname, digest) if digest else RanFunction(entry.path, MODULE_LEVEL, NOT_A_FUNCTION))
             else:
-                out.add(rel)
-        return tuple(sorted(out))
+                out.add(SentModule(entry.path))
+        return sorted_reach(out)
 
 
 NOT_A_FUNCTION = "-"  # the digest recorded for import-time code that ran remotely
 MODULE_LEVEL = "<module>"
 
 
-def split_reach(reach: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...], list[tuple[str, str, str]]]:
-    """Stored reach entries -> (modules sent whole, traced actors' modules, functions that
-    ran in traced actors as (path, qualified name, body digest))."""
-    files: list[str] = []
-    imports: list[str] = []
-    units: list[tuple[str, str, str]] = []
-    for entry in reach:
-        if entry.startswith("@"):
-            imports.append(entry[1:])
-        elif "::" in entry:
-            rel, _, rest = entry.partition("::")
-            qualname, _, digest = rest.rpartition("#")
-            units.append((rel, qualname, digest))
-        else:
-            files.append(entry)
-    return tuple(files), tuple(imports), units
+def split_reach(reach: tuple[ReachEntry, ...]) -> tuple[tuple[str, ...], tuple[str, ...], list[RanFunction]]:
+    """Stored reach -> (modules sent whole, traced actors' modules, functions that ran in
+    traced actors)."""
+    files = tuple(e.path for e in reach if isinstance(e, SentModule))
+    imports = tuple(e.path for e in reach if isinstance(e, ActorModule))
+    return files, imports, [e for e in reach if isinstance(e, RanFunction)]
 
 
 def _diff(old: dict[str, str], new: dict[str, str]) -> set[str]:
@@ -344,9 +343,9 @@ def _diff(old: dict[str, str], new: dict[str, str]) -> set[str]:
     return out
 
 
-def _parse_all(digests: dict[str, str], files: dict[str, str], cache: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def _parse_all(digests: dict[str, str], files: dict[str, str], cache: dict[str, ParsedFile]) -> dict[str, ParsedFile]:
     """parse_file() result for every digest, reusing `cache` (keyed by content digest)."""
-    parsed: dict[str, dict[str, Any]] = {}
+    parsed: dict[str, ParsedFile] = {}
     for rel, dig in digests.items():
         if dig in parsed:
             continue
@@ -356,7 +355,7 @@ def _parse_all(digests: dict[str, str], files: dict[str, str], cache: dict[str, 
                 with open(files[rel], "rb") as fh:
                     hit = parse_file(fh.read())
             except OSError:
-                hit = {"refs": [], **unparsed_facts(dig)}
+                hit = ParsedFile((), unparsed_facts(dig))
         parsed[dig] = hit
     return parsed
 

@@ -22,12 +22,12 @@ import hashlib
 import os
 import re
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from .config import SelectConfig
 from .import_time import file_facts, unparsed_facts
+from .records import DottedString, FromImportRef, ImportRef, ParsedFile, PathString, Ref
 
 # Dotted identifiers, optionally "module:attr" (entry-point style).
 _DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?::[A-Za-z_]\w*)?\Z")
@@ -102,48 +102,45 @@ def hash_files(files: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def parse_file(source: bytes) -> dict[str, Any]:
+def parse_file(source: bytes) -> ParsedFile:
     """Everything the selector needs from one file's content (cached by content digest):
-    "refs" (see `_refs`) and the import-time facts of import_time.py."""
+    its import references (see `_refs`) and the import-time facts of import_time.py."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
-        return {"refs": [], **unparsed_facts(digest_bytes(source))}
+        return ParsedFile((), unparsed_facts(digest_bytes(source)))
     refs = _refs(tree)
-    return {"refs": refs, **file_facts(tree)}
+    return ParsedFile(refs, file_facts(tree))
 
 
-def parse_refs(source: bytes) -> list[str]:
+def parse_refs(source: bytes) -> tuple[Ref, ...]:
     """Only the import references (what building a graph needs)."""
     try:
         return _refs(ast.parse(source))
     except (SyntaxError, ValueError):
-        return []
+        return ()
 
 
-def _refs(tree: ast.Module) -> list[str]:
-    """Raw import references of one file, independent of where the file lives.
-
-    Encoding (compact, JSON friendly): "i:a.b" import; "f:<level>:<module>:<n1>,<n2>"
-    from-import; "s:a.b.C" dotted string literal; "p:dir/x.py" path-like string literal.
+def _refs(tree: ast.Module) -> tuple[Ref, ...]:
+    """Import references of one file, independent of where the file lives (records.Ref):
+    imports, from-imports, and string literals naming a dotted module or a .py path.
     A file that does not parse has no references (its digest still counts).
     """
-    refs: dict[str, None] = {}
+    refs: dict[Ref, None] = {}
     for node in _runtime_nodes(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                refs[f"i:{alias.name}"] = None
+                refs[ImportRef(alias.name)] = None
         elif isinstance(node, ast.ImportFrom):
-            names = ",".join(alias.name for alias in node.names)
-            refs[f"f:{node.level}:{node.module or ''}:{names}"] = None
+            refs[FromImportRef(node.level, node.module or "", tuple(alias.name for alias in node.names))] = None
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             text = node.value
             if 2 < len(text) < 200:
                 if _DOTTED.match(text):
-                    refs[f"s:{text.replace(':', '.')}"] = None
+                    refs[DottedString(text.replace(":", "."))] = None
                 elif _PYPATH.match(text):
-                    refs[f"p:{text}"] = None
-    return list(refs)
+                    refs[PathString(text)] = None
+    return tuple(refs)
 
 
 def _runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
@@ -290,55 +287,54 @@ class _Resolver:
         prefixes = [""] + ([here + "/"] if here else []) + self.test_prefixes
         return self._in_prefixes(parts, tuple(dict.fromkeys(prefixes)), False)
 
-    def resolve(self, rel: str, refs: list[str]) -> tuple[list[str], list[str]]:
+    def resolve(self, rel: str, refs: Iterable[Ref]) -> tuple[list[str], list[str]]:
         found: list[str] = []
         phantoms: list[str] = []
         for ref in refs:
-            kind, _, body = ref.partition(":")
-            if kind == "i":
-                f, p = self._absolute(body, rel)
-            elif kind == "f":
-                level_s, _, rest = body.partition(":")
-                module, _, names_s = rest.partition(":")
-                names = [n for n in names_s.split(",") if n and n != "*"]
-                level = int(level_s) if level_s.isdigit() else 0
-                f, p = [], []
-                if level == 0:
-                    for dotted in [module] + [f"{module}.{n}" for n in names]:
-                        ff, pp = self._absolute(dotted, rel)
-                        f += ff
-                        p += pp
-                else:
-                    base = _dirname(rel)
-                    for _ in range(level - 1):
-                        base = _dirname(base)
-                    prefix = f"{base}/" if base else ""
-                    mod_parts = module.split(".") if module else []
-                    ff, pp = self._in_prefixes(mod_parts, (prefix,), True, pkg_init=True)
-                    f, p = list(ff), list(pp)
-                    for n in names:
-                        ff, pp = self._in_prefixes(mod_parts + [n], (prefix,), True)
-                        f += ff
-                        p += pp
-            elif kind == "s":
-                if body.split(".", 1)[0] not in self.pkgs:
+            if isinstance(ref, ImportRef):
+                f, p = self._absolute(ref.module, rel)
+            elif isinstance(ref, FromImportRef):
+                f, p = self._from_import(ref, rel)
+            elif isinstance(ref, DottedString):
+                if ref.dotted.split(".", 1)[0] not in self.pkgs:
                     continue
-                f, p = self._absolute(body, rel)
-            elif kind == "p":
-                here = _dirname(rel)
-                f = [c for c in (body, f"{here}/{body}" if here else body) if c in self.files]
-                p = []
+                f, p = self._absolute(ref.dotted, rel)
             else:
-                continue
+                here = _dirname(rel)
+                f = [c for c in (ref.path, f"{here}/{ref.path}" if here else ref.path) if c in self.files]
+                p = []
             found += f
             phantoms += p
         return found, phantoms
+
+    def _from_import(self, ref: FromImportRef, rel: str) -> tuple[list[str], list[str]]:
+        names = [n for n in ref.names if n != "*"]
+        f: list[str] = []
+        p: list[str] = []
+        if ref.level == 0:
+            for dotted in [ref.module] + [f"{ref.module}.{n}" for n in names]:
+                ff, pp = self._absolute(dotted, rel)
+                f += ff
+                p += pp
+            return f, p
+        base = _dirname(rel)
+        for _ in range(ref.level - 1):
+            base = _dirname(base)
+        prefix = f"{base}/" if base else ""
+        mod_parts = ref.module.split(".") if ref.module else []
+        ff, pp = self._in_prefixes(mod_parts, (prefix,), True, pkg_init=True)
+        f, p = list(ff), list(pp)
+        for n in names:
+            ff, pp = self._in_prefixes(mod_parts + [n], (prefix,), True)
+            f += ff
+            p += pp
+        return f, p
 
 
 def build_graph(
     cfg: SelectConfig,
     digests: dict[str, str],
-    refs_by_digest: dict[str, list[str]],
+    refs_by_digest: Mapping[str, Sequence[Ref]],
 ) -> Graph:
     """Graph over `digests`' files; `refs_by_digest` must hold the refs of every digest."""
     files = sorted(digests)
@@ -357,7 +353,7 @@ def build_graph(
 
     raw: list[tuple[list[str], list[str]]] = []
     for rel in files:
-        found, phantoms = resolver.resolve(rel, refs_by_digest.get(digests[rel], []))
+        found, phantoms = resolver.resolve(rel, refs_by_digest.get(digests[rel], ()))
         here = _dirname(rel)
         name = rel.rpartition("/")[2]
         # The package's __init__ runs before any of its modules.

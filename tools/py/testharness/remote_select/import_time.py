@@ -24,16 +24,13 @@ from __future__ import annotations
 
 import ast
 import hashlib
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
 
-# JSON-friendly facts of one file, cached by content digest:
-#   {"skel": digest of the file with function bodies removed,
-#    "top": names called (or used as decorators) at import time,
-#    "funcs": [[qualified name, body digest, kind, names called in the body], ...]}
-Facts = dict[str, Any]
+# A file's facts (records.ImportFacts) are cached by content digest in the map file.
+# Function kinds: CALL_TIME runs when called; ALWAYS runs whoever imports the module
+# (pytest hooks, implicit dunders); OWN_BODY is a fixture: its own body counts, not its callees.
+from .records import ALWAYS, CALL_TIME, OWN_BODY, FunctionFacts, ImportFacts
 
-CALL_TIME, ALWAYS, OWN_BODY = 0, 1, 2  # function kinds
 # Run by Python or pytest on their own, whoever imports the module.
 _IMPLICIT = frozenset({"__init_subclass__", "__set_name__", "__class_getitem__", "__getattr__", "__dir__"})
 _CONSTRUCTORS = ("__init__", "__new__", "__post_init__")
@@ -76,9 +73,9 @@ def _kind(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
     return CALL_TIME
 
 
-def file_facts(tree: ast.Module) -> Facts:
+def file_facts(tree: ast.Module) -> ImportFacts:
     """Facts of a parsed file. Strips the bodies of `tree`'s functions in place."""
-    funcs: list[list[Any]] = []
+    funcs: list[FunctionFacts] = []
     todo: list[tuple[ast.AST, str]] = [(tree, "")]
     while todo:
         node, prefix = todo.pop()
@@ -86,19 +83,20 @@ def file_facts(tree: ast.Module) -> Facts:
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 qualname = prefix + child.name
                 body = ast.Module(body=child.body, type_ignores=[])
-                funcs.append([qualname, _digest(ast.dump(body)), _kind(child), sorted(_called_names(child.body))])
+                calls = tuple(sorted(_called_names(child.body)))
+                funcs.append(FunctionFacts(qualname, _digest(ast.dump(body)), _kind(child), calls))
                 child.body = [ast.Pass()]
             elif isinstance(child, ast.ClassDef):
                 todo.append((child, f"{prefix}{child.name}."))
             elif not isinstance(child, ast.expr):
                 todo.append((child, prefix))  # compound statements (if/try/with) nest
     funcs.sort()
-    return {"skel": _digest(ast.dump(tree)), "top": sorted(_called_names([tree])), "funcs": funcs}
+    return ImportFacts(_digest(ast.dump(tree)), tuple(sorted(_called_names([tree]))), tuple(funcs))
 
 
-def unparsed_facts(content_digest: str) -> Facts:
+def unparsed_facts(content_digest: str) -> ImportFacts:
     """Facts of a file that does not parse: importing it fails, so all of it counts."""
-    return {"skel": content_digest, "top": [], "funcs": []}
+    return ImportFacts(content_digest, (), ())
 
 
 def _runs_at_import(qualname: str, kind: int, names: set[str]) -> bool:
@@ -110,29 +108,28 @@ def _runs_at_import(qualname: str, kind: int, names: set[str]) -> bool:
     return len(parts) > 1 and parts[-1] in _CONSTRUCTORS and parts[-2] in names  # `C()`
 
 
-def import_digests(facts: dict[str, Facts]) -> dict[str, str]:
+def import_digests(facts: Mapping[str, ImportFacts]) -> dict[str, str]:
     """Import digest of every file (rel -> digest)."""
     names: set[str] = set()
-    callees: dict[str, list[list[Any]]] = {}  # called name -> functions it may mean
+    callees: dict[str, list[FunctionFacts]] = {}  # called name -> functions it may mean
     for f in facts.values():
-        names.update(f["top"])
-        for fn in f["funcs"]:
-            qualname, _, kind, calls = fn
-            parts = qualname.split(".")
+        names.update(f.top)
+        for fn in f.funcs:
+            parts = fn.qualname.split(".")
             callees.setdefault(parts[-1], []).append(fn)
             if len(parts) > 1 and parts[-1] in _CONSTRUCTORS:
                 callees.setdefault(parts[-2], []).append(fn)
-            if kind == ALWAYS:
-                names.update(calls)
+            if fn.kind == ALWAYS:
+                names.update(fn.calls)
     todo = list(names)
     while todo:  # what import-time code calls runs at import time too
         for fn in callees.get(todo.pop(), ()):
-            for callee in fn[3]:
+            for callee in fn.calls:
                 if callee not in names:
                     names.add(callee)
                     todo.append(callee)
     out: dict[str, str] = {}
     for rel, f in facts.items():
-        bodies = [fn[1] for fn in f["funcs"] if _runs_at_import(fn[0], fn[2], names)]
-        out[rel] = _digest(f["skel"] + "|" + ",".join(bodies))
+        bodies = [fn.body_digest for fn in f.funcs if _runs_at_import(fn.qualname, fn.kind, names)]
+        out[rel] = _digest(f.skel + "|" + ",".join(bodies))
     return out

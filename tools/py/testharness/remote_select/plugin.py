@@ -26,9 +26,12 @@ from typing import Any
 
 import pytest
 
+from testharness.settings import SettingsError, load_settings
+
 from .config import ConfigError, load_config
 from .engine import OK_OUTCOMES, Plan, RemoteSelector, describe, test_file_of
 from .reach import ReachRecorder
+from .store import StateFiles
 
 PREFIX = "remote-select"
 
@@ -157,7 +160,8 @@ def pytest_configure(config: pytest.Config) -> None:
         testpaths = list(config.getini("testpaths") or [])
         patterns = list(config.getini("python_files") or [])
         cfg = load_config(root, testpaths=testpaths, test_patterns=patterns)
-    except ConfigError as exc:
+        files = StateFiles.of(load_settings(root))
+    except (ConfigError, SettingsError) as exc:
         lines.append(f"{PREFIX}: warning: {exc}; remote-aware selection is off")
     else:
         if not cfg.source_packages:
@@ -166,7 +170,7 @@ def pytest_configure(config: pytest.Config) -> None:
                 "remote-aware selection is off"
             )
         else:
-            selector = RemoteSelector(root, cfg)
+            selector = RemoteSelector(root, cfg, files)
     session = RemoteSelectSession(config, testmon, selector, lines)
     config.pluginmanager.register(session, "testharness-remote-select")
     session.start()

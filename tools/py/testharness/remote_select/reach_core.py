@@ -22,7 +22,14 @@ from collections.abc import Collection, Iterable, Mapping
 from itertools import islice
 from typing import Any
 
-from .records import ActorModule, ActorReport, RanFunction, ReachEntry, SentModule, format_reach
+from .records import (
+    ActorModule,
+    ActorReport,
+    RanFunction,
+    ReachEntry,
+    SentModule,
+    format_reach,
+)
 from .worker_trace import THIRD_PARTY
 
 MAX_DEPTH = 4  # how deep arguments are searched for project objects

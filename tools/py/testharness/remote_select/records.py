@@ -220,6 +220,11 @@ def format_reach(entries: Iterable[ReachEntry]) -> list[str]:
     return sorted({format_reach_entry(e) for e in entries})
 
 
+def sorted_reach(entries: Iterable[ReachEntry]) -> tuple[ReachEntry, ...]:
+    """One order for equal reaches (that of their text form), so records compare equal."""
+    return tuple(sorted(set(entries), key=format_reach_entry))
+
+
 # -- actor reports (worker_trace.py's `drain` answer) ------------------------------------
 class ActorReport(NamedTuple):
     units: tuple[RanFunction, ...]  # functions that started running since the last report

@@ -1,8 +1,8 @@
 """The two files of remote-aware selection, read leniently and written atomically.
 
-`.nrl_remote_map.json`  : the import graph (per file: digest, direct deps; parse cache by
-                          content digest; per test file: closure and known node ids).
-`.nrl_remote_state.json`: per test node id, the content digests seen when it last passed
+The map file   : the import graph (per file: digest, direct deps; parse cache by content
+                 digest; per test file: its known node ids).
+The state file : per test node id, the content digests seen when it last passed
                           and, when recorded, its run-time reach (the project files whose
                           code it sent to Ray workers; see reach.py). Digest sets and reach
                           lists are shared ("generations", "reaches") so 2,000 tests that
@@ -26,13 +26,34 @@ import os
 from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from testharness.atomic_io import write_text_atomic
+from testharness.settings import Settings
 from testharness.state_files import exclusive, move_aside, timestamp
 
-MAP_NAME = ".nrl_remote_map.json"
-STATE_NAME = ".nrl_remote_state.json"
+from .records import (
+    ParsedFile,
+    ReachEntry,
+    RecordError,
+    format_reach,
+    parse_parsed_file,
+    parse_stored_reach,
+    parsed_file_to_json,
+)
+
+
+class StateFiles(NamedTuple):
+    """Where the two files live: [tool.testharness] remote_map_file / remote_state_file
+    (this repository: `.nrl_remote_map.json` / `.nrl_remote_state.json`)."""
+
+    map_file: Path
+    state_file: Path
+
+    @classmethod
+    def of(cls, settings: Settings) -> StateFiles:
+        return cls(settings.remote_map_file, settings.remote_state_file)
+
 MAP_FORMAT = "testharness.remote_select.map"
 STATE_FORMAT = "testharness.remote_select.state"
 VERSION = 3  # of the state file
@@ -76,20 +97,25 @@ def _is_str_map(value: Any) -> bool:
     return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
 
 
+def _is_str_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(x, str) for x in value)
+
+
 class State:
     """In-memory form of the state file.
 
     generations: gid -> {path: content digest};  imports: gid -> {path: import digest}
     (import_time.py; absent for a generation: every content change counts as import-time);
     tests: nodeid -> gid (last seen passing);
-    reaches: nodeid -> sorted files reached remotely (absent: unknown, use the static closure).
+    reaches: nodeid -> what it reached remotely, sorted by text form (absent: unknown, use the
+    static closure).
     """
 
     def __init__(
         self,
         generations: dict[str, dict[str, str]] | None = None,
         tests: dict[str, str] | None = None,
-        reaches: dict[str, tuple[str, ...]] | None = None,
+        reaches: dict[str, tuple[ReachEntry, ...]] | None = None,
         imports: dict[str, dict[str, str]] | None = None,
     ):
         self.generations = generations or {}
@@ -98,12 +124,12 @@ class State:
         self.imports = imports or {}
 
 
-def _reach_id(files: tuple[str, ...]) -> str:
-    return hashlib.blake2b("\n".join(files).encode(), digest_size=8).hexdigest()
+def _reach_id(entries: list[str]) -> str:
+    return hashlib.blake2b("\n".join(entries).encode(), digest_size=8).hexdigest()
 
 
-def load_state(root: Path) -> tuple[State, str | None]:
-    data, warning = _load(root / STATE_NAME, STATE_FORMAT, VERSION)
+def load_state(path: Path) -> tuple[State, str | None]:
+    data, warning = _load(path, STATE_FORMAT, VERSION)
     if data is None:
         return State(), warning
     gens, tests = data.get("generations"), data.get("tests")
@@ -117,27 +143,31 @@ def load_state(root: Path) -> tuple[State, str | None]:
         or not _is_str_map(tests)
         or not _is_str_map(reach_ids)
         or not isinstance(lists, dict)
-        or not all(isinstance(v, list) and all(isinstance(x, str) for x in v) for v in lists.values())
     ):
-        return State(), f"{STATE_NAME} has an unexpected structure; rebuilding it"
+        return State(), f"{path.name} has an unexpected structure; rebuilding it"
     assert isinstance(tests, dict) and isinstance(reach_ids, dict)
+    try:
+        parsed_lists = {rid: parse_stored_reach(entries) for rid, entries in lists.items()}
+    except RecordError as exc:
+        return State(), f"{path.name} has an unexpected structure ({exc}); rebuilding it"
     # A record pointing at a missing generation is unusable: treat the test as never passed.
     tests = {nid: gid for nid, gid in tests.items() if gid in gens}
     # An unknown reach id only costs precision: that test falls back to its static closure.
-    reaches = {nid: tuple(lists[rid]) for nid, rid in reach_ids.items() if nid in tests and rid in lists}
+    reaches = {nid: parsed_lists[rid] for nid, rid in reach_ids.items() if nid in tests and rid in parsed_lists}
     imports = {gid: imp for gid, imp in imports.items() if gid in gens}
     return State(gens, tests, reaches, imports), None
 
 
-def save_state(root: Path, state: State) -> None:
+def save_state(path: Path, state: State) -> None:
     lists: dict[str, list[str]] = {}
     reach_ids: dict[str, str] = {}
-    for nodeid, files in state.reaches.items():
-        rid = _reach_id(files)
-        lists[rid] = list(files)
+    for nodeid, reach in state.reaches.items():
+        entries = format_reach(reach)
+        rid = _reach_id(entries)
+        lists[rid] = entries
         reach_ids[nodeid] = rid
     write_json_atomic(
-        root / STATE_NAME,
+        path,
         {
             "format": STATE_FORMAT,
             "version": VERSION,
@@ -151,19 +181,24 @@ def save_state(root: Path, state: State) -> None:
 
 
 class MapData:
-    """In-memory form of the map file."""
+    """In-memory form of the map file.
+
+    config: the selection config's fingerprint; files: path -> content digest; parsed:
+    content digest -> graph.parse_file() result; deps: path -> direct dependencies; tests:
+    test file -> its node ids at the last collection (stored as {"nodeids": [...]}).
+    """
 
     def __init__(
         self,
         config: str = "",
         files: dict[str, str] | None = None,
-        parsed: dict[str, dict[str, Any]] | None = None,
+        parsed: dict[str, ParsedFile] | None = None,
         deps: dict[str, list[str]] | None = None,
-        tests: dict[str, dict[str, list[str]]] | None = None,
+        tests: dict[str, tuple[str, ...]] | None = None,
     ):
         self.config = config
         self.files = files or {}
-        self.parsed = parsed or {}  # content digest -> graph.parse_file() result
+        self.parsed = parsed or {}
         self.deps = deps or {}
         self.tests = tests or {}
 
@@ -174,53 +209,44 @@ class MapData:
             "config": self.config,
             "files": self.files,
             "deps": self.deps,
-            "tests": self.tests,
-            "parse_cache": self.parsed,
+            "tests": {tfile: {"nodeids": list(nodeids)} for tfile, nodeids in self.tests.items()},
+            "parse_cache": {digest: parsed_file_to_json(p) for digest, p in self.parsed.items()},
         }
 
 
-def load_map(root: Path) -> tuple[MapData | None, str | None]:
-    data, warning = _load(root / MAP_NAME, MAP_FORMAT, MAP_VERSION)
+def load_map(path: Path) -> tuple[MapData | None, str | None]:
+    data, warning = _load(path, MAP_FORMAT, MAP_VERSION)
     if data is None:
         return None, warning
     try:
-        files, parsed, deps, tests = data["files"], data["parse_cache"], data["deps"], data["tests"]
-        ok = (
-            _is_str_map(files)
-            and isinstance(parsed, dict)
-            and all(_is_parsed(v) for v in parsed.values())
-            and isinstance(deps, dict)
-            and all(isinstance(v, list) and all(isinstance(x, str) for x in v) for v in deps.values())
-            # Entries are checked where they are used (a bad one is skipped), not here:
-            # closures are the bulk of the file and the no-change path must stay fast.
-            and isinstance(tests, dict)
-            and all(isinstance(t, dict) for t in tests.values())
-            and isinstance(data.get("config"), str)
-        )
-    except KeyError:
-        ok = False
-    if not ok:
-        return None, f"{MAP_NAME} has an unexpected structure; rebuilding it"
-    return MapData(str(data["config"]), files, parsed, deps, tests), None
+        return _map_data(data), None
+    except RecordError as exc:
+        return None, f"{path.name} has an unexpected structure ({exc}); rebuilding it"
 
 
-def _is_parsed(value: Any) -> bool:
-    return (
-        isinstance(value, dict)
-        and isinstance(value.get("refs"), list)
-        and all(isinstance(x, str) for x in value["refs"])
-        and isinstance(value.get("skel"), str)
-        and isinstance(value.get("top"), list)
-        and isinstance(value.get("funcs"), list)
-        and all(
-            isinstance(f, list) and len(f) == 4 and isinstance(f[0], str) and isinstance(f[1], str) and isinstance(f[3], list)
-            for f in value["funcs"]
-        )
-    )
+def _map_data(data: dict[str, Any]) -> MapData:
+    """The map file's JSON as a MapData; RecordError (one line) when something is malformed."""
+    missing = [key for key in ("config", "files", "parse_cache", "deps", "tests") if key not in data]
+    if missing:
+        raise RecordError(f"no {missing[0]!r}")
+    config, files, parsed, deps, tests = data["config"], data["files"], data["parse_cache"], data["deps"], data["tests"]
+    if not isinstance(config, str) or not _is_str_map(files):
+        raise RecordError("'config' must be a string and 'files' a map of strings")
+    if not isinstance(deps, dict) or not all(_is_str_list(v) for v in deps.values()):
+        raise RecordError("'deps' must map paths to lists of paths")
+    if not isinstance(parsed, dict) or not isinstance(tests, dict):
+        raise RecordError("'parse_cache' and 'tests' must be objects")
+    nodeids: dict[str, tuple[str, ...]] = {}
+    for tfile, entry in tests.items():
+        if not isinstance(entry, dict) or not _is_str_list(entry.get("nodeids")):
+            raise RecordError(f"the entry of test file {tfile!r} must be {{'nodeids': [...]}}")
+        nodeids[tfile] = tuple(entry["nodeids"])
+    cache = {digest: parse_parsed_file(value) for digest, value in parsed.items()}
+    return MapData(config, files, cache, deps, nodeids)
 
 
-def save_map(root: Path, data: MapData) -> None:
-    write_json_atomic(root / MAP_NAME, data.to_json())
+def save_map(path: Path, data: MapData) -> None:
+    write_json_atomic(path, data.to_json())
 
 
 # -- concurrent sessions -------------------------------------------------------------------
@@ -248,7 +274,7 @@ def merge3(base: Mapping[K, V], ours: Mapping[K, V], theirs: Mapping[K, V], mine
     return out
 
 
-def _records(state: State) -> dict[str, tuple[str, tuple[str, ...] | None]]:
+def _records(state: State) -> dict[str, tuple[str, tuple[ReachEntry, ...] | None]]:
     return {nid: (gid, state.reaches.get(nid)) for nid, gid in state.tests.items()}
 
 
@@ -270,18 +296,18 @@ def merge_state(base: State, ours: State, theirs: State, ran: Collection[str]) -
 
 
 def merge_map_tests(
-    base: Mapping[str, dict[str, Any]],
-    ours: Mapping[str, dict[str, Any]],
-    theirs: Mapping[str, dict[str, Any]],
+    base: Mapping[str, tuple[str, ...]],
+    ours: Mapping[str, tuple[str, ...]],
+    theirs: Mapping[str, tuple[str, ...]],
     collected: Collection[str],
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, tuple[str, ...]]:
     """The map's per-test-file entries: this session's for the files it collected, else
     whichever session changed them (`merge3`)."""
     return merge3(base, ours, theirs, collected)
 
 
 @contextmanager
-def locked(root: Path, timeout: float = 60.0) -> Iterator[None]:
+def locked(files: StateFiles, timeout: float = 60.0) -> Iterator[None]:
     """Hold the lock that guards both files (`<state file>.lock`) for a read-merge-write."""
-    with exclusive(root / STATE_NAME, timeout=timeout):
+    with exclusive(files.state_file, timeout=timeout):
         yield
