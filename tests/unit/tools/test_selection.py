@@ -201,3 +201,20 @@ def test_hf_model_available_from_cache_or_token(
     monkeypatch.delenv("HF_HUB_OFFLINE")
     monkeypatch.setenv("HF_TOKEN", "hf_x")
     assert hf_cache.model_unavailable_reason("org/other") is None
+
+
+def test_a_bad_marker_group_stops_with_one_line(pytester: pytest.Pytester) -> None:
+    pytester.makepyprojecttoml("[tool.testharness.marker_groups.slow]\noption = 'slow'\n")
+    pytester.makepyfile(test_a="def test_a(): pass\n")
+    result = pytester.runpytest_inprocess(*HARNESS_PLUGINS)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [line for line in result.errlines if line.strip()]
+    assert len(errors) == 1 and "marker_groups.slow] option must look like --some-flag" in errors[0], errors
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+
+
+def test_without_groups_nothing_is_deselected_and_markers_still_register(pytester: pytest.Pytester) -> None:
+    pytester.makepyprojecttoml('[tool.pytest.ini_options]\naddopts = ["--strict-markers"]\n')
+    pytester.makepyfile(test_a="import pytest\n@pytest.mark.num_gpus(0)\ndef test_a(): pass\n")
+    pytester.runpytest_inprocess(*HARNESS_PLUGINS).assert_outcomes(passed=1)
+    assert "--hf-gated" not in "\n".join(pytester.runpytest_inprocess(*HARNESS_PLUGINS, "--help").outlines)
