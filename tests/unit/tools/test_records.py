@@ -112,11 +112,11 @@ def _results(root: Path) -> dict[str, Any]:
     return json.loads((root / "out" / "unit_results.json").read_text())
 
 
-def _start(cmd: list[str], root: Path) -> subprocess.Popen[str]:
+def _start(cmd: list[str], root: Path, background_job: bool = False) -> subprocess.Popen[str]:
     def interactive_like() -> None:
         # A background job of a non-interactive shell inherits SIGINT ignored; a terminal
         # user's pytest does not. os.setsid: the run's processes are findable by session.
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_IGN if background_job else signal.SIG_DFL)
         os.setsid()
 
     return subprocess.Popen(
@@ -195,6 +195,52 @@ def test_a_stop_signal_through_run_unit_sh(tmp_path: Path, signum: signal.Signal
     doc = _results(root)
     assert doc["exit_status"] == 2
     assert doc["tests"]["tests/test_slow.py::test_a"]["outcome"] == "passed"
+
+
+def test_a_background_job_ignores_sigint_and_is_stopped_by_sigterm(tmp_path: Path) -> None:
+    # `cmd &` in a script runs with SIGINT ignored: the run must honour that (and not name
+    # SIGINT as what stopped it), and still stop cleanly on SIGTERM.
+    root = _project(tmp_path, {"tests/test_slow.py": SLOW_TESTS})
+    proc = _start(["bash", str(RUN_UNIT)], root, background_job=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (root / "started").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "the slow test did not start"
+            time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGINT)
+        time.sleep(2)
+        assert proc.poll() is None, "SIGINT stopped a run that ignores it"
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    out = _stop_when_started(proc, root, signal.SIGTERM, group=False, timeout=60)
+    assert proc.returncode == 2, out
+    assert "run_unit: interrupted by SIGTERM; results of the tests that ran: " in out
+    assert _results(root)["exit_status"] == 2
+
+
+def test_ray_names_its_processes_after_the_driver_that_started_them(tmp_path: Path) -> None:
+    # The end-of-run sweep finds a Ray cluster's orphaned workers by this name: check the
+    # assumption against real Ray.
+    script = (
+        "import os, ray, psutil, sys\n"
+        "ray.init(num_cpus=1, include_dashboard=False, _node_ip_address='127.0.0.1')\n"
+        "sys.path.insert(0, os.environ['HARNESS'])\n"
+        "from testharness.interrupts import ray_session_marker\n"
+        "marker = ray_session_marker(os.getpid())\n"
+        "kids = psutil.Process().children(recursive=True)\n"
+        "named = [p.name() for p in kids if any(marker.search(a) for a in p.cmdline())]\n"
+        "other = ray_session_marker(os.getpid() + 1)\n"
+        "assert not any(other.search(a) for p in kids for a in p.cmdline())\n"
+        "print(sorted(set(named)))\n"
+        "ray.shutdown()\n"
+    )
+    env = _env(tmp_path)
+    env["HARNESS"] = str(Path(interrupts.__file__).parents[1])
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    names = proc.stdout.strip().splitlines()[-1]
+    assert "raylet" in names and "gcs_server" in names, names
 
 
 @pytest.mark.parametrize("where", ["in_fixture", "in_body"])

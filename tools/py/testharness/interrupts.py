@@ -19,6 +19,7 @@ short, a stray child) get SIGTERM, then SIGKILL; each is named on one line.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import time
@@ -175,12 +176,37 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         _say(f"testharness: stopped {len(stopped)} process(es) the run left behind: {', '.join(stopped)}")
 
 
+def ray_session_marker(pid: int) -> re.Pattern[str]:
+    """Matches the session name Ray gives a cluster started by process `pid`
+    (`session_2026-12-02_01-34-23_936458_<pid>`), which every process of it carries."""
+    return re.compile(rf"session_\d{{4}}-\d\d-\d\d_\d\d-\d\d-\d\d_\d+_{pid}(?!\d)")
+
+
+def _left_behind() -> list[Any]:
+    """Live descendants of this process, and processes of a Ray cluster it started that are no
+    longer its descendants: a worker still starting when its raylet stops is orphaned and
+    lingers until its own start-up gives up (tens of seconds on a busy machine)."""
+    import psutil
+
+    me = psutil.Process()
+    found = {p.pid: p for p in me.children(recursive=True)}
+    marker = ray_session_marker(me.pid)
+    born = me.create_time()
+    for proc in psutil.process_iter(["cmdline", "create_time"]):
+        if proc.pid in found or proc.pid == me.pid or (proc.info["create_time"] or 0) < born:
+            continue
+        if any(marker.search(part) for part in proc.info["cmdline"] or []):
+            found[proc.pid] = proc
+    return list(found.values())
+
+
 def stop_leftover_children(grace_s: float) -> list[str]:
-    """Terminate every live descendant of this process; SIGKILL what outlives `grace_s`."""
+    """Terminate every live descendant of this process (and its Ray cluster's orphans);
+    SIGKILL what outlives `grace_s`."""
     import psutil
 
     try:
-        children = psutil.Process().children(recursive=True)
+        children = _left_behind()
     except psutil.Error:
         return []
     names: list[str] = []

@@ -267,7 +267,9 @@ def run_forwarding_signals(cmd: list[str], env: dict[str, str]) -> tuple[int, st
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(signum)
 
-    previous = {s: signal.signal(s, forward) for s in STOP_SIGNALS}
+    # A signal this process ignores (nohup, a background job without job control) is ignored
+    # by pytest too: it inherits the disposition; neither forward it nor count it.
+    previous = {s: signal.signal(s, forward) for s in STOP_SIGNALS if signal.getsignal(s) != signal.SIG_IGN}
     try:
         code = proc.wait()
     finally:
