@@ -46,7 +46,7 @@ OLD_STATE = {
 OLD_PARSED = {"refs": ["i:os", "f:1::w", "s:pkg.w.W", "p:x/y.py"], "skel": "s1", "top": ["W"], "funcs": [["W.run", "b1", 0, ["f"]]]}
 OLD_MAP = {
     "format": "testharness.remote_select.map",
-    "version": 4,
+    "version": store.MAP_VERSION,  # 5: the JSON of 4, with relative import_module names found
     "config": "pkg||tests|test_*.py",
     "files": {"pkg/w.py": "d1"},
     "deps": {"pkg/w.py": []},
@@ -137,6 +137,11 @@ def test_actor_reports_are_parsed_and_malformed_ones_rejected() -> None:
     for bad in [None, [], {"units": "a.py::f"}, {"units": ["a.py"]}, {"units": ["a.py::f#d"]}, {"units": [], "escaped": 1}]:
         with pytest.raises(RecordError):
             parse_actor_report(bad)
+
+
+def test_a_map_of_version_4_is_rebuilt_with_one_warning(tmp_path: Path) -> None:
+    map_data, warning = store.load_map(_write(tmp_path / "map.json", {**OLD_MAP, "version": 4}))
+    assert map_data is None and warning == "map.json has format version 4, expected 5; rebuilding it"
 
 
 def test_files_written_before_typed_records_load_unchanged(tmp_path: Path) -> None:

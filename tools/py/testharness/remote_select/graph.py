@@ -133,6 +133,10 @@ def _refs(tree: ast.Module) -> tuple[Ref, ...]:
                 refs[ImportRef(alias.name)] = None
         elif isinstance(node, ast.ImportFrom):
             refs[FromImportRef(node.level, node.module or "", tuple(alias.name for alias in node.names))] = None
+        elif isinstance(node, ast.Call):
+            ref = _relative_import_module(node)
+            if ref is not None:
+                refs[ref] = None
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             text = node.value
             if 2 < len(text) < 200:
@@ -141,6 +145,32 @@ def _refs(tree: ast.Module) -> tuple[Ref, ...]:
                 elif _PYPATH.match(text):
                     refs[PathString(text)] = None
     return tuple(refs)
+
+
+def _relative_import_module(call: ast.Call) -> Ref | None:
+    """`import_module(".x", package="a.b")` (literal package) or `import_module(".x",
+    __package__)` (the file's own package): the module a relative name loads. A computed
+    name or package stays invisible (documented)."""
+    func = call.func
+    callee = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+    if callee != "import_module" or not call.args:
+        return None
+    name = call.args[0]
+    if not isinstance(name, ast.Constant) or not isinstance(name.value, str) or not name.value.startswith("."):
+        return None
+    package = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "package"), None)
+    rest = name.value.lstrip(".")
+    level = len(name.value) - len(rest)
+    if rest and not all(part.isidentifier() for part in rest.split(".")):
+        return None
+    if isinstance(package, ast.Name) and package.id == "__package__":
+        return FromImportRef(level, rest, ())
+    if isinstance(package, ast.Constant) and isinstance(package.value, str) and package.value:
+        base = package.value.split(".")
+        if level - 1 >= len(base):
+            return None  # above the top-level package: the import fails
+        return ImportRef(".".join(base[: len(base) - (level - 1)] + ([rest] if rest else [])))
+    return None
 
 
 def _runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:

@@ -3,8 +3,8 @@
 Each record has a `parse_*` function that turns the JSON form (as stored in the map and
 state files, or as a Ray worker answers) into the record, raising `RecordError` with a
 one-line reason on malformed input, and a formatter back to JSON. The JSON forms are those
-of map version 4 and state version 3, so files written before these records existed stay
-valid:
+of state version 3 and map version 4 (version 5 only adds references that 4 did not find),
+so files written before these records existed stay valid:
 
   import reference   "i:a.b" | "f:<level>:<module>:<n1>,<n2>" | "s:a.b.C" | "p:dir/x.py"
   function facts     [qualified name, body digest, kind, [names called]]

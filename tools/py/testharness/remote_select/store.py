@@ -57,7 +57,9 @@ class StateFiles(NamedTuple):
 MAP_FORMAT = "testharness.remote_select.map"
 STATE_FORMAT = "testharness.remote_select.state"
 VERSION = 3  # of the state file
-MAP_VERSION = 4  # of the map file: 4 stopped counting imports under `if TYPE_CHECKING:`
+# Of the map file: 4 stopped counting imports under `if TYPE_CHECKING:`; 5 resolves relative
+# `import_module(".x", package=...)` names (cached parses of version 4 lack them).
+MAP_VERSION = 5
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
