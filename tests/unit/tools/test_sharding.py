@@ -79,6 +79,21 @@ def test_shards_partition_the_suite_and_balance_by_duration(suite: pytest.Pytest
     assert shards[0] == ["test_slow.py::test_big"]
 
 
+def test_shards_run_one_after_another_in_one_checkout_partition_the_suite(suite: pytest.Pytester) -> None:
+    # Each shard records its (different) durations in the history the next shard reads:
+    # shard runs must not re-balance the plan, or shards overlap and miss tests.
+    suite.makepyprojecttoml('[tool.testharness]\nresults_dir = "tests/unit"\ntest_roots = ["."]\n')
+    ran: list[str] = []
+    for i in (1, 2, 3):
+        result = suite.runpytest("-p", "testharness.tracker", *PLUGIN, "--shard", f"{i}/3", "-v")
+        ran += [line.split(" ")[0] for line in result.outlines if " PASSED" in line]
+        doc = json.loads((suite.path / "tests/unit/unit_results.json").read_text())
+        assert doc["shard"] == f"{i}/3"
+    assert len(list((suite.path / "tests/unit/unit_results").glob("*.json"))) == 3 + 3
+    result.stdout.fnmatch_lines(["shard history: 3 run(s) in * (2 shard run(s) not used for balancing)"])
+    assert sorted(ran) == sorted(DURATIONS)
+
+
 def test_shard_runs_only_its_tests_and_says_so(suite: pytest.Pytester) -> None:
     result = suite.runpytest(*PLUGIN, "--shard", "2/3")
     result.assert_outcomes(passed=4, deselected=7)

@@ -165,12 +165,13 @@ def build_results(
     coverage: float | str,
     memory_source: str,
     tests: dict[str, OutcomeRecord],
+    shard: str | None = None,
 ) -> dict[str, Any]:
-    """The results document, keys in the documented order."""
+    """The results document, keys in the documented order (`shard`, "I/N", only for a shard run)."""
     cov: float | str = coverage
     if isinstance(coverage, float) and not math.isfinite(coverage):
         cov = "not measured: coverage total was not a number"
-    return {
+    document = {
         "exit_status": int(exit_status),
         "git_commit": git_commit,
         "start_time": start.strftime(START_TIME_FORMAT),
@@ -181,6 +182,9 @@ def build_results(
         "memory_source": memory_source,
         "tests": {nodeid: rec.as_json() for nodeid, rec in tests.items()},
     }
+    if shard is not None:
+        document["shard"] = shard
+    return document
 
 
 def write_json_new(directory: Path, stem: str, data: dict[str, Any], text: str | None = None) -> Path:
@@ -257,6 +261,7 @@ class Run:
     tests: Mapping[str, TestRecord]
     gpu_types: tuple[str, ...] = ()
     coverage: float | str | None = None
+    shard: str | None = None  # "I/N" when the run was one shard of N
 
     @property
     def short_commit(self) -> str:
@@ -338,6 +343,7 @@ def parse_results(path: Path, data: Any) -> Run:
         tests=_parse_tests(data.get("tests")),
         gpu_types=tuple(str(g) for g in gpu_types) if isinstance(gpu_types, list) else (),
         coverage=coverage if isinstance(coverage, (int, float, str)) and not isinstance(coverage, bool) else None,
+        shard=data["shard"] if isinstance(data.get("shard"), str) else None,
     )
 
 

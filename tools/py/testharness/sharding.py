@@ -80,7 +80,9 @@ def pytest_collection_modifyitems(
     state.history = load_history(history_dir)
     nodeids = list(dict.fromkeys(item.nodeid for item in items))  # unique, in collection order
     state.selected = len(nodeids)
-    state.plan = plan_shards(nodeids, recorded_durations(state.history.runs), state.count)
+    # Shard runs do not re-balance: run one after another in one checkout, shard 2 would
+    # otherwise plan with the durations shard 1 just recorded and overlap it.
+    state.plan = plan_shards(nodeids, recorded_durations(r for r in state.history.runs if r.shard is None), state.count)
     if state.plan_only:
         return  # keep the items: pytest_runtestloop prints the plan instead of running them
     mine = set(state.plan.shards[state.index - 1].tests)
@@ -96,7 +98,9 @@ def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Ite
     if state is None or state.history is None or state.plan is None:
         return []
     history = state.history
-    lines = [f"shard history: {len(history.runs)} run(s) in {history.directory}"]
+    shard_runs = sum(1 for r in history.runs if r.shard is not None)
+    lines = [f"shard history: {len(history.runs) - shard_runs} run(s) in {history.directory}"
+             + (f" ({shard_runs} shard run(s) not used for balancing)" if shard_runs else "")]
     lines += [f"shard history warning: {w}" for w in history.warnings]
     if not state.plan_only:
         shard = state.plan.shards[state.index - 1]

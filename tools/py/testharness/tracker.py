@@ -245,6 +245,7 @@ def _write(session: pytest.Session, st: _State) -> None:
         coverage=_coverage(session.config, st),
         memory_source=st.memory_source,
         tests=st.tests,
+        shard=session.config.getoption("shard", None),
     )
     st.paths = results.write_results(st.results_dir, st.document, st.start)
     st.written_to = f"unit results: {st.paths[0]} (copy: {st.paths[1]})"
@@ -258,6 +259,9 @@ def _amend_exit_status(session: pytest.Session, st: _State) -> None:
     st.document["exit_status"] = status
     _write_summary(session, st)
     results.rewrite_results(st.paths, st.document)
+
+
+_MEMORY_RANK = {"none": 0, "rss": 1, "gpu": 2}  # workers merged: the most telling source wins
 
 
 class _Recorder:
@@ -286,6 +290,7 @@ class _Recorder:
         if call.when == "teardown" and _is_xdist_worker(item.config):
             # Carried to the controller with the report (xdist serialises its attributes).
             report.testharness_metrics = self.st.metrics.get(self.st.key(item.nodeid))
+            report.testharness_memory = [self.st.memory_source, sorted(self.st.gpu_names)]
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -293,6 +298,12 @@ class _Recorder:
         metrics = getattr(report, "testharness_metrics", None)
         if isinstance(metrics, dict):  # from an xdist worker (in the worker: the same dict)
             st.metrics[st.key(report.nodeid)] = metrics
+        memory = getattr(report, "testharness_memory", None)
+        if isinstance(memory, list) and len(memory) == 2:  # what the worker's get_max_mem saw
+            source, names = memory
+            if _MEMORY_RANK.get(source, 0) > _MEMORY_RANK.get(st.memory_source, 0):
+                st.memory_source = source
+            st.gpu_names.update(names)
         phase = _phase_outcome(report)
         if report.when == "setup" or report.nodeid not in st.pending:
             st.pending[report.nodeid] = (phase, report.duration)
