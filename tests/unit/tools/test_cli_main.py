@@ -12,7 +12,7 @@ from testharness import __main__ as cli
 from testharness import unit_runner
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
-SUBCOMMANDS = ("report", "check-metrics", "tb-dump", "run-unit")
+SUBCOMMANDS = ("report", "check-metrics", "tb-dump", "explain", "run-unit")
 
 
 def test_the_top_level_help_lists_every_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
@@ -81,3 +81,9 @@ def test_tb_dump_without_event_files_exits_1_and_writes_nothing(
     assert cli.main(["tb-dump", str(tmp_path), "--output_path", str(out)]) == 1
     assert capsys.readouterr().err.startswith("error: no TensorBoard event files")
     assert not out.exists()
+
+
+def test_explain_is_the_remote_select_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["explain", "--root", str(REPO_ROOT), "tests/unit/distributed/test_worker_group.py"]) == 0
+    out = capsys.readouterr().out
+    assert "nemo_rl/distributed/worker_group.py" in out  # in the test file's static closure

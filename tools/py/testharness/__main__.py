@@ -4,6 +4,7 @@
     testharness check-metrics   evaluate metric checks over a metrics JSON (tests/check_metrics.py)
     testharness tb-dump         TensorBoard scalars to JSON (tests/json_dump_tb_logs.py)
     testharness run-unit        what tests/run_unit.sh runs: its flags, then pytest's
+    testharness explain         why --testmon selects the tests of these files (remote-aware selection)
 
 Each subcommand lives in its own module with `add_arguments(parser)` and `run(args) -> int`;
 this file only wires them up. `testharness <subcommand> --help` describes each one.
@@ -17,6 +18,7 @@ from collections.abc import Callable, Sequence
 
 from testharness import report, tb_dump
 from testharness.checks import cli as checks_cli
+from testharness.remote_select import __main__ as explain_cli
 from testharness.report import cli as report_cli
 
 RUN_UNIT = "run-unit"
@@ -57,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     checks_cli.add_arguments(add("check-metrics", summary, checks_cli.DESCRIPTION, checks_cli.run, checks_cli.EPILOG))
     summary = "dump TensorBoard scalars to {metric: {step: value}} JSON"
     tb_dump.add_arguments(add("tb-dump", summary, tb_dump.DESCRIPTION, tb_dump.run, tb_dump.EPILOG))
+    summary = "why --testmon selects the tests of these files (static closure and recorded reach)"
+    explain_cli.add_arguments(add("explain", summary, explain_cli.DESCRIPTION, explain_cli.run))
     # Listed for `testharness --help`; its arguments are unit_runner's own (see main()).
     commands.add_parser(
         RUN_UNIT,
