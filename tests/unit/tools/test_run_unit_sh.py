@@ -48,7 +48,27 @@ def _run(project: Path, *args: str, python: str = sys.executable) -> subprocess.
 def test_help(project: Path) -> None:
     proc = _run(project, "--help")
     assert proc.returncode == 0
-    assert "usage: bash tests/run_unit.sh [--hf-gated] [--mcore-only]" in proc.stdout
+    assert proc.stdout.startswith("usage: bash tests/run_unit.sh [--rerun-failures N]")
+
+
+def test_help_lists_the_projects_marker_groups(project: Path) -> None:
+    with (project / "pyproject.toml").open("a") as f:
+        f.write(
+            '[tool.testharness.marker_groups.slow]\noption = "--slow"\n'
+            '[tool.testharness.marker_groups.jax]\noption = "--jax-only"\nmode = "only"\n'
+            'requires = ["jax"]\nrequires_name = "jax"\nhint = "pip install jax"\n'
+        )
+    proc = _run(project, "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: bash tests/run_unit.sh [--slow] [--jax-only] [--rerun-failures N]")
+    assert "  --slow              also run tests marked slow\n" in proc.stdout
+    assert "  --jax-only          run only tests marked jax (needs jax: pip install jax)\n" in proc.stdout
+
+
+def test_this_repositorys_help_names_its_groups() -> None:
+    proc = _run(SCRIPT.parents[1], "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: bash tests/run_unit.sh [--hf-gated] [--mcore-only]")
 
 
 def test_passing_run_writes_results(project: Path) -> None:

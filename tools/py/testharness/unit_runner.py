@@ -15,23 +15,35 @@ import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testharness.settings import Settings, SettingsError, load_settings
+from testharness.settings import MarkerGroup, Settings, SettingsError, load_settings
 
-USAGE = """\
-usage: bash tests/run_unit.sh [--hf-gated] [--mcore-only] [--rerun-failures N]
-                              [--shard I/N] [--shard-plan] [pytest args | paths ...]
+def usage(groups: Sequence[MarkerGroup] = ()) -> str:
+    """run_unit.sh's help; the marker-group options (pytest's, from [tool.testharness]) listed too."""
+    flags = "".join(f"[{g.option}] " for g in groups)
+    lines = [
+        f"usage: bash tests/run_unit.sh {flags}[--rerun-failures N]",
+        "                              [--shard I/N] [--shard-plan] [pytest args | paths ...]",
+        "",
+    ]
+    for g in groups:
+        text = f"{'run only' if g.only else 'also run'} tests marked {g.name}"
+        if g.requires_name:
+            text += f" (needs {g.requires_name}" + (f": {g.hint})" if g.hint else ")")
+        lines.append(f"  {g.option:<18}  {text}")
+    lines += [
+        "  --rerun-failures N  rerun a failing test up to N times (pytest-rerunfailures --reruns N)",
+        "  --shard I/N         run shard I of N (balanced on past durations); --shard-plan prints it",
+        "  -h, --help          this help",
+        "Every other argument goes to pytest (e.g. -k EXPR, -m EXPR, -x, tests/unit/some_test.py).",
+        "Without paths the configured test roots run (default tests/unit).",
+        "Run it as: uv run --group test bash tests/run_unit.sh",
+    ]
+    return "\n".join(lines)
 
-  --hf-gated          also run tests marked hf_gated (gated Hugging Face models)
-  --mcore-only        run only tests marked mcore (needs: uv run --extra mcore ...)
-  --rerun-failures N  rerun a failing test up to N times (pytest-rerunfailures --reruns N)
-  --shard I/N         run shard I of N (balanced on past durations); --shard-plan prints it
-  -h, --help          this help
-Every other argument goes to pytest (e.g. -k EXPR, -m EXPR, -x, tests/unit/some_test.py).
-Without paths the configured test roots run (default tests/unit).
-Run it as: uv run --group test bash tests/run_unit.sh"""
 
 # pytest's exit codes (pytest.ExitCode), without importing pytest here.
 OK, TESTS_FAILED, INTERRUPTED, INTERNAL_ERROR, USAGE_ERROR, NO_TESTS = 0, 1, 2, 3, 4, 5
@@ -164,7 +176,7 @@ def interpret_exit(code: int, summary: dict[str, object] | None, stopped_by: str
     if code == INTERRUPTED:
         return 2, "run_unit: interrupted (Ctrl-C or a collection error; see above)"
     if code == USAGE_ERROR:
-        return 2, "run_unit: pytest rejected the arguments (see the error above)\n" + USAGE
+        return 2, "run_unit: pytest rejected the arguments (see the error above)"
     if code == NO_TESTS:
         collected = _count(summary, "collected")
         deselected = _count(summary, "deselected")
@@ -200,14 +212,6 @@ def build_assets(settings: Settings) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    try:
-        plan = parse_args(argv)
-    except UsageError as exc:
-        print(f"run_unit: {exc}\n{USAGE}", file=sys.stderr)
-        return 2
-    if plan.show_help:
-        print(USAGE)
-        return 0
     cwd = Path.cwd()
     root = Path(os.environ.get("TESTHARNESS_ROOT", cwd))
     try:
@@ -215,6 +219,14 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"run_unit: {exc}", file=sys.stderr)
         return 2
+    try:
+        plan = parse_args(argv)
+    except UsageError as exc:
+        print(f"run_unit: {exc}\n{usage(settings.marker_groups)}", file=sys.stderr)
+        return 2
+    if plan.show_help:
+        print(usage(settings.marker_groups))
+        return 0
     env = dict(os.environ)
     if env.get("TESTHARNESS_NO_DISCOVERY") != "1":  # the harness's own tests skip Ray here
         address, gpus = discover(env)
@@ -235,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
         print("run_unit: " + " ".join(cmd[1:]), flush=True)
         code, stopped_by = run_forwarding_signals(cmd, env)
         status, message = interpret_exit(code, _read_summary(summary_file), stopped_by)
+    if code == USAGE_ERROR:
+        message += "\n" + usage(settings.marker_groups)
     print(message, file=sys.stderr if status else sys.stdout)
     return status
 
