@@ -19,7 +19,7 @@ except ImportError:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools" / "py"))
 
 from testharness.tb_dump import *  # noqa: E402,F403  (the module's __all__)
-from testharness.tb_dump import main  # noqa: E402
+from testharness.tb_dump_cli import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -16,7 +16,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from testharness import report, tb_dump
+from testharness import report, tb_dump_cli
 from testharness.checks import cli as checks_cli
 from testharness.remote_select import __main__ as explain_cli
 from testharness.report import cli as report_cli
@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     summary = "evaluate metric checks over a metrics JSON (exit 1 when one fails)"
     checks_cli.add_arguments(add("check-metrics", summary, checks_cli.DESCRIPTION, checks_cli.run, checks_cli.EPILOG))
     summary = "dump TensorBoard scalars to {metric: {step: value}} JSON"
-    tb_dump.add_arguments(add("tb-dump", summary, tb_dump.DESCRIPTION, tb_dump.run, tb_dump.EPILOG))
+    tb_dump_cli.add_arguments(add("tb-dump", summary, tb_dump_cli.DESCRIPTION, tb_dump_cli.run, tb_dump_cli.EPILOG))
     summary = "why --testmon selects the tests of these files (static closure and recorded reach)"
     explain_cli.add_arguments(add("explain", summary, explain_cli.DESCRIPTION, explain_cli.run))
     # Listed for `testharness --help`; its arguments are unit_runner's own (see main()).

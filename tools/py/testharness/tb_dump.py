@@ -23,17 +23,14 @@ event file at all is an error either way.
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import struct
-import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from testharness.atomic_io import write_json_atomic
 
 __all__ = [
     "BAD_CRC",
@@ -50,7 +47,6 @@ __all__ = [
     "check_event_file",
     "dump_tb_logs",
     "find_event_files",
-    "main",
     "read_event_file",
 ]
 
@@ -142,7 +138,7 @@ class DamagedEventFilesError(Exception):
         self.checks = checks
         self.allow_truncated = allow_truncated
         lines = [f"{len(checks)} damaged event file(s) under {base}:"]
-        lines += [f"  {c.describe(_display_name(c.path, base))}" for c in checks]
+        lines += [f"  {c.describe(display_name(c.path, base))}" for c in checks]
         super().__init__("\n".join(lines))
 
     @property
@@ -185,7 +181,7 @@ def is_event_file(path: Path) -> bool:
     return path.is_file() and EVENTS_MARKER in path.name
 
 
-def _display_name(path: Path, base: Path | None) -> str:
+def display_name(path: Path, base: Path | None) -> str:
     if base is not None and path.is_relative_to(base):
         return str(path.relative_to(base))
     return str(path)
@@ -345,7 +341,7 @@ def merge(files: Iterable[Path], base: Path | None = None) -> DumpResult:
     merged: dict[str, dict[int, tuple[float, str]]] = {}
     conflicts: list[Conflict] = []
     for path in files:
-        name = _display_name(path, base)
+        name = display_name(path, base)
         for tag, series in read_event_file(path).items():
             dest = merged.setdefault(tag, {})
             for step, value in series.items():
@@ -360,6 +356,19 @@ def merge(files: Iterable[Path], base: Path | None = None) -> DumpResult:
         for tag, series in sorted(merged.items())
     }
     return DumpResult(metrics=metrics, files=files, conflicts=conflicts)
+
+
+def conflict_text(
+    conflicts: list[Conflict], limit: int = 20, fatal: bool = False
+) -> str:
+    outcome = "refused (--error-on-conflicts)" if fatal else "the later file wins"
+    lines = [
+        f"{len(conflicts)} value(s) logged more than once by different event files; {outcome}:"
+    ]
+    lines += [f"  {c.describe()}" for c in conflicts[:limit]]
+    if len(conflicts) > limit:
+        lines.append(f"  ... and {len(conflicts) - limit} more")
+    return "\n".join(lines)
 
 
 def dump_tb_logs(
@@ -388,145 +397,5 @@ def dump_tb_logs(
     result = merge(files, base=root)
     result.damaged = damaged
     if error_on_conflicts and result.conflicts:
-        raise ConflictError(_conflict_text(result.conflicts, fatal=True))
+        raise ConflictError(conflict_text(result.conflicts, fatal=True))
     return result
-
-
-def _conflict_text(
-    conflicts: list[Conflict], limit: int = 20, fatal: bool = False
-) -> str:
-    outcome = "refused (--error-on-conflicts)" if fatal else "the later file wins"
-    lines = [
-        f"{len(conflicts)} value(s) logged more than once by different event files; {outcome}:"
-    ]
-    lines += [f"  {c.describe()}" for c in conflicts[:limit]]
-    if len(conflicts) > limit:
-        lines.append(f"  ... and {len(conflicts) - limit} more")
-    return "\n".join(lines)
-
-
-def _iter_summary(result: DumpResult) -> Iterator[str]:
-    n_values = sum(len(s) for s in result.metrics.values())
-    damaged = (
-        f" ({len(result.damaged)} damaged, read up to the damage)"
-        if result.damaged
-        else ""
-    )
-    yield (
-        f"read {len(result.files)} event file(s){damaged}: "
-        f"{len(result.metrics)} metric(s), {n_values} value(s)"
-    )
-
-
-def _damage_hints(exc: DamagedEventFilesError) -> Iterator[str]:
-    if any(c.tail_lost for c in exc.checks) and not exc.allow_truncated:
-        yield (
-            "a run that is still writing its event file can leave it ending mid-record: "
-            "dump after the run has ended, or pass --allow-truncated to keep the records "
-            "before the damage (one warning per file)"
-        )
-    if any(c.problem == NOT_EVENTS for c in exc.checks):
-        yield (
-            f"every file named *{EVENTS_MARKER}* under LOG_DIR is read: "
-            "move the files that are not TensorBoard event files out of it"
-        )
-
-
-DESCRIPTION = "Dump every TensorBoard scalar under LOG_DIR to {metric: {step: value}} JSON."
-EPILOG = (
-    "Exit status: 0 when the JSON is written; 1 when there are no event files, a "
-    "conflict is refused, or the JSON cannot be written; 2 when an event file is "
-    "damaged (nothing is written, a previous OUT.json is left as it was)."
-)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "log_dir",
-        metavar="LOG_DIR",
-        help="directory searched recursively for event files",
-    )
-    parser.add_argument(
-        "--output_path",
-        "--output-path",
-        dest="output_path",
-        required=True,
-        metavar="OUT.json",
-    )
-    parser.add_argument(
-        "--error-on-conflicts",
-        action="store_true",
-        help="fail when two event files log the same metric at the same step",
-    )
-    parser.add_argument(
-        "--allow-truncated",
-        action="store_true",
-        help=(
-            "read event files whose tail is lost up to the damage: a file that ends "
-            "mid-record (as one that a live run is still writing can), has bytes after "
-            "its last record that are not a record, holds a record failing its CRC, or "
-            "is empty. Each gets a warning with the records kept and the bytes left "
-            "unread, and the JSON is written. Without this flag such a file is an error "
-            "(exit 2). A file that is not an event file is an error either way."
-        ),
-    )
-
-
-def build_parser(prog: str = "json_dump_tb_logs.py") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION, epilog=EPILOG)
-    add_arguments(parser)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    """The command on its own (tests/json_dump_tb_logs.py)."""
-    return run(build_parser().parse_args(argv))
-
-
-def run(args: argparse.Namespace) -> int:
-    """0 written; 1 nothing to dump, a refused conflict, or a failed write; 2 a damaged file."""
-    try:
-        result = dump_tb_logs(
-            args.log_dir,
-            error_on_conflicts=args.error_on_conflicts,
-            allow_truncated=args.allow_truncated,
-        )
-    except DamagedEventFilesError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        for hint in _damage_hints(exc):
-            print(f"hint: {hint}", file=sys.stderr)
-        return 2
-    except NoEventFilesError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except ConflictError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except Exception as exc:  # noqa: BLE001 - a corrupt file: one clear line, not a traceback
-        print(
-            f"error: cannot read TensorBoard logs under {args.log_dir}: {exc}",
-            file=sys.stderr,
-        )
-        return 1
-    root = Path(args.log_dir)
-    for check in result.damaged:
-        print(
-            f"warning: {check.describe_kept(_display_name(check.path, root))}",
-            file=sys.stderr,
-        )
-    if result.conflicts:
-        print(f"warning: {_conflict_text(result.conflicts)}", file=sys.stderr)
-    try:
-        # NaN/inf stay as the JSON extensions NaN/Infinity, which Python's json reads, so a
-        # diverged run is visible to the checks instead of being silently dropped.
-        write_json_atomic(args.output_path, result.metrics, allow_nan=True)
-    except OSError as exc:
-        print(f"error: cannot write {args.output_path}: {exc}", file=sys.stderr)
-        return 1
-    for line in _iter_summary(result):
-        print(f"{line} -> {args.output_path}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,148 @@
+"""`testharness tb-dump` and tests/json_dump_tb_logs.py: the command line over tb_dump's reader."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from testharness.atomic_io import write_json_atomic
+from testharness.tb_dump import (
+    EVENTS_MARKER,
+    NOT_EVENTS,
+    ConflictError,
+    DamagedEventFilesError,
+    DumpResult,
+    NoEventFilesError,
+    conflict_text,
+    display_name,
+    dump_tb_logs,
+)
+
+
+def _iter_summary(result: DumpResult) -> Iterator[str]:
+    n_values = sum(len(s) for s in result.metrics.values())
+    damaged = (
+        f" ({len(result.damaged)} damaged, read up to the damage)"
+        if result.damaged
+        else ""
+    )
+    yield (
+        f"read {len(result.files)} event file(s){damaged}: "
+        f"{len(result.metrics)} metric(s), {n_values} value(s)"
+    )
+
+
+def _damage_hints(exc: DamagedEventFilesError) -> Iterator[str]:
+    if any(c.tail_lost for c in exc.checks) and not exc.allow_truncated:
+        yield (
+            "a run that is still writing its event file can leave it ending mid-record: "
+            "dump after the run has ended, or pass --allow-truncated to keep the records "
+            "before the damage (one warning per file)"
+        )
+    if any(c.problem == NOT_EVENTS for c in exc.checks):
+        yield (
+            f"every file named *{EVENTS_MARKER}* under LOG_DIR is read: "
+            "move the files that are not TensorBoard event files out of it"
+        )
+
+
+DESCRIPTION = "Dump every TensorBoard scalar under LOG_DIR to {metric: {step: value}} JSON."
+EPILOG = (
+    "Exit status: 0 when the JSON is written; 1 when there are no event files, a "
+    "conflict is refused, or the JSON cannot be written; 2 when an event file is "
+    "damaged (nothing is written, a previous OUT.json is left as it was)."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "log_dir",
+        metavar="LOG_DIR",
+        help="directory searched recursively for event files",
+    )
+    parser.add_argument(
+        "--output_path",
+        "--output-path",
+        dest="output_path",
+        required=True,
+        metavar="OUT.json",
+    )
+    parser.add_argument(
+        "--error-on-conflicts",
+        action="store_true",
+        help="fail when two event files log the same metric at the same step",
+    )
+    parser.add_argument(
+        "--allow-truncated",
+        action="store_true",
+        help=(
+            "read event files whose tail is lost up to the damage: a file that ends "
+            "mid-record (as one that a live run is still writing can), has bytes after "
+            "its last record that are not a record, holds a record failing its CRC, or "
+            "is empty. Each gets a warning with the records kept and the bytes left "
+            "unread, and the JSON is written. Without this flag such a file is an error "
+            "(exit 2). A file that is not an event file is an error either way."
+        ),
+    )
+
+
+def build_parser(prog: str = "json_dump_tb_logs.py") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION, epilog=EPILOG)
+    add_arguments(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command on its own (tests/json_dump_tb_logs.py)."""
+    return run(build_parser().parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """0 written; 1 nothing to dump, a refused conflict, or a failed write; 2 a damaged file."""
+    try:
+        result = dump_tb_logs(
+            args.log_dir,
+            error_on_conflicts=args.error_on_conflicts,
+            allow_truncated=args.allow_truncated,
+        )
+    except DamagedEventFilesError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        for hint in _damage_hints(exc):
+            print(f"hint: {hint}", file=sys.stderr)
+        return 2
+    except NoEventFilesError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except ConflictError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # noqa: BLE001 - a corrupt file: one clear line, not a traceback
+        print(
+            f"error: cannot read TensorBoard logs under {args.log_dir}: {exc}",
+            file=sys.stderr,
+        )
+        return 1
+    root = Path(args.log_dir)
+    for check in result.damaged:
+        print(
+            f"warning: {check.describe_kept(display_name(check.path, root))}",
+            file=sys.stderr,
+        )
+    if result.conflicts:
+        print(f"warning: {conflict_text(result.conflicts)}", file=sys.stderr)
+    try:
+        # NaN/inf stay as the JSON extensions NaN/Infinity, which Python's json reads, so a
+        # diverged run is visible to the checks instead of being silently dropped.
+        write_json_atomic(args.output_path, result.metrics, allow_nan=True)
+    except OSError as exc:
+        print(f"error: cannot write {args.output_path}: {exc}", file=sys.stderr)
+        return 1
+    for line in _iter_summary(result):
+        print(f"{line} -> {args.output_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
