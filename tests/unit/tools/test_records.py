@@ -23,6 +23,11 @@ import pytest
 from testharness import interrupts
 from testharness.history import load_history
 
+# Generous: the waits end as soon as the run gets there; on a loaded 2-core machine starting
+# pytest (torch and Ray imports) can take minutes.
+START_WAIT_S = 300
+STOP_WAIT_S = 300
+
 RUN_UNIT = Path(__file__).resolve().parents[2] / "run_unit.sh"
 
 PYPROJECT = """
@@ -136,7 +141,7 @@ def _stop_when_started(proc: subprocess.Popen[str], root: Path, signum: int, gro
             os.killpg(proc.pid, signum)  # like Ctrl-C in a terminal: every process of the group
         else:
             proc.send_signal(signum)  # like `timeout`, `kill`, a CI cancel
-        out, _ = proc.communicate(timeout=120)
+        out, _ = proc.communicate(timeout=STOP_WAIT_S)
         return out
     finally:
         if proc.poll() is None:  # a failed assertion above: do not leave the run behind
@@ -167,7 +172,7 @@ def _left_in_session(sid: int, wait_s: float) -> list[str]:
 def test_a_stop_signal_to_pytest_ends_like_ctrl_c_with_results(tmp_path: Path, signum: signal.Signals) -> None:
     root = _project(tmp_path, {"tests/test_slow.py": SLOW_TESTS})
     proc = _start([sys.executable, "-m", "pytest", "-p", "no:randomly"], root)
-    out = _stop_when_started(proc, root, signum, group=False, timeout=60)
+    out = _stop_when_started(proc, root, signum, group=False, timeout=START_WAIT_S)
     assert proc.returncode == 2, out
     assert "Traceback" not in out
     assert f"Interrupted: {signum.name}" in out
@@ -188,7 +193,7 @@ def test_a_stop_signal_through_run_unit_sh(tmp_path: Path, signum: signal.Signal
     # script): still one interruption, and the results are written.
     root = _project(tmp_path, {"tests/test_slow.py": SLOW_TESTS})
     proc = _start(["bash", str(RUN_UNIT)], root)
-    out = _stop_when_started(proc, root, signum, group=group, timeout=60)
+    out = _stop_when_started(proc, root, signum, group=group, timeout=START_WAIT_S)
     assert proc.returncode == 2, out
     assert "Traceback" not in out
     assert f"run_unit: interrupted by {signum.name}; results of the tests that ran: " in out
@@ -203,7 +208,7 @@ def test_a_background_job_ignores_sigint_and_is_stopped_by_sigterm(tmp_path: Pat
     root = _project(tmp_path, {"tests/test_slow.py": SLOW_TESTS})
     proc = _start(["bash", str(RUN_UNIT)], root, background_job=True)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + START_WAIT_S
         while not (root / "started").exists():
             assert proc.poll() is None and time.monotonic() < deadline, "the slow test did not start"
             time.sleep(0.1)
@@ -213,7 +218,7 @@ def test_a_background_job_ignores_sigint_and_is_stopped_by_sigterm(tmp_path: Pat
     except BaseException:
         os.killpg(proc.pid, signal.SIGKILL)
         raise
-    out = _stop_when_started(proc, root, signal.SIGTERM, group=False, timeout=60)
+    out = _stop_when_started(proc, root, signal.SIGTERM, group=False, timeout=START_WAIT_S)
     assert proc.returncode == 2, out
     assert "run_unit: interrupted by SIGTERM; results of the tests that ran: " in out
     assert _results(root)["exit_status"] == 2
@@ -249,7 +254,7 @@ def test_sigterm_stops_a_run_with_ray_and_leaves_no_process(tmp_path: Path, wher
     # SIGTERM into an interruption, and nothing of the local Ray cluster may survive the run.
     root = _project(tmp_path, {"tests/test_ray.py": RAY_TESTS})
     proc = _start([sys.executable, "-m", "pytest", f"tests/test_ray.py::test_{where}"], root)
-    out = _stop_when_started(proc, root, signal.SIGTERM, group=False, timeout=150)
+    out = _stop_when_started(proc, root, signal.SIGTERM, group=False, timeout=START_WAIT_S + 90)
     # Started in the body, Ray's handler is the one SIGTERM meets; the run still ends as an
     # interruption, but Ray's native threads abort the interpreter's exit (SIGABRT, seen
     # without the harness too): the record says 2, the process cannot.
