@@ -87,7 +87,10 @@ def machine() -> str:
     try:
         proc = subprocess.run(
             ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20, check=False,
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
         )
         names = [n.strip() for n in proc.stdout.splitlines() if n.strip()]
         if names:

@@ -39,9 +39,22 @@ DEFAULT_EDIT = "nemo_rl/environments/math_environment.py"
 EDIT_TEXT = "\n\ndef _edit_to_result_bench_unused() -> int:\n    return 1\n"
 # Not copied: environments, caches and every selection/results artifact of the real tree.
 IGNORE = shutil.ignore_patterns(
-    ".venv", ".git", "__pycache__", "*.pyc", ".pytest_cache", ".mypy_cache", ".ruff_cache",
-    ".testmondata*", ".nrl_remote_map.json", ".nrl_remote_state.json", ".coverage*",
-    "unit_results", "unit_results.json", "results", "logs", "checkpoints",
+    ".venv",
+    ".git",
+    "__pycache__",
+    "*.pyc",
+    ".pytest_cache",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".testmondata*",
+    ".nrl_remote_map.json",
+    ".nrl_remote_state.json",
+    ".coverage*",
+    "unit_results",
+    "unit_results.json",
+    "results",
+    "logs",
+    "checkpoints",
 )
 
 
@@ -75,7 +88,9 @@ def run_pytest(repo: Path, label: str, args: list[str], timeout: int) -> Run:
         proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=timeout)
         code, out = proc.returncode, proc.stdout
         if code not in (0, 1, 5):  # usage or internal error: show why, the numbers are void
-            print(f"edit_to_result: [{label}] pytest exit {code}:\n{(proc.stdout + proc.stderr)[-3000:]}", file=sys.stderr)
+            print(
+                f"edit_to_result: [{label}] pytest exit {code}:\n{(proc.stdout + proc.stderr)[-3000:]}", file=sys.stderr
+            )
     except subprocess.TimeoutExpired:
         code, out = -1, ""
     wall = time.perf_counter() - t0
@@ -144,8 +159,14 @@ def main(argv: list[str] | None = None) -> int:
     notes = [
         f"no edit: {noedit.wall_s:.1f} s, {len(noedit.ran)} tests, {noedit.ray_starts} Ray start(s) "
         f"(target <= {TARGET_NOEDIT_S:g} s and no Ray start: "
-        + ("met" if ok else f"MISSED{f' by {noedit.wall_s - TARGET_NOEDIT_S:.1f} s' if noedit.wall_s > TARGET_NOEDIT_S else ''}") + ")",
-        f"edit to `{args.edit}`: {len(edit.ran)} tests ran, from: " + (", ".join(f"`{f}`" for f in edit_files) or "none"),
+        + (
+            "met"
+            if ok
+            else f"MISSED{f' by {noedit.wall_s - TARGET_NOEDIT_S:.1f} s' if noedit.wall_s > TARGET_NOEDIT_S else ''}"
+        )
+        + ")",
+        f"edit to `{args.edit}`: {len(edit.ran)} tests ran, from: "
+        + (", ".join(f"`{f}`" for f in edit_files) or "none"),
     ]
     base = runs[-1] if not args.no_baseline else runs[0]
     notes.append(f"vs running everything: {base.wall_s:.1f} s, {len(base.ran)} tests ({base.label})")

@@ -79,7 +79,9 @@ def time_once(cwd: Path, plugin: bool) -> float:
     proc = subprocess.run(pytest_cmd(plugin), cwd=cwd, env=env(), capture_output=True, text=True, timeout=600)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
-        raise RuntimeError(f"pytest failed in {cwd} (exit {proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+        raise RuntimeError(
+            f"pytest failed in {cwd} (exit {proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+        )
     return wall
 
 
@@ -109,7 +111,7 @@ def profile(base: Path, n_tests: int, top: int) -> str:
     subprocess.run(cmd, cwd=d, env=env(), capture_output=True, text=True, timeout=600, check=False)
     stats = pstats.Stats(str(out))
     rows = []
-    for (path, line, func), (cc, nc, tt, ct, _callers) in stats.stats.items():  # type: ignore[attr-defined]
+    for (path, line, func), (_cc, nc, tt, ct, _callers) in stats.stats.items():  # type: ignore[attr-defined]
         if "testharness" in path:
             rel = path.split("testharness", 1)[1].lstrip("/")
             rows.append((ct, tt, nc, f"{rel}:{line}({func})"))
@@ -145,20 +147,35 @@ def main(argv: list[str] | None = None) -> int:
     for name in VARIANTS:
         per_test_ms, session_s = overheads(best, name)
         med_test_ms, med_session_s = overheads(med, name)
-        rows.append([name, f"{best[(name, 1)]:.2f} / {med[(name, 1)]:.2f} s",
-                     f"{best[(name, n)]:.2f} / {med[(name, n)]:.2f} s",
-                     f"{(best[(name, n)] - best[(name, 1)]) / (n - 1) * 1000:.2f} ms",
-                     "-" if name == "plain" else f"{per_test_ms:+.2f} ms ({med_test_ms:+.2f})",
-                     "-" if name == "plain" else f"{session_s:+.3f} s ({med_session_s:+.3f})"])
+        rows.append(
+            [
+                name,
+                f"{best[(name, 1)]:.2f} / {med[(name, 1)]:.2f} s",
+                f"{best[(name, n)]:.2f} / {med[(name, n)]:.2f} s",
+                f"{(best[(name, n)] - best[(name, 1)]) / (n - 1) * 1000:.2f} ms",
+                "-" if name == "plain" else f"{per_test_ms:+.2f} ms ({med_test_ms:+.2f})",
+                "-" if name == "plain" else f"{session_s:+.3f} s ({med_session_s:+.3f})",
+            ]
+        )
         if name == "plugin + tracker":
             ok_t = per_test_ms <= TARGET_TEST_MS
             ok_s = session_s <= TARGET_SESSION_S
-            verdicts.append(f"per test: {per_test_ms:+.2f} ms (target <= {TARGET_TEST_MS:g} ms: "
-                            f"{'met' if ok_t else f'MISSED by {per_test_ms - TARGET_TEST_MS:.2f} ms'})")
-            verdicts.append(f"per session: {session_s:+.3f} s (target <= {TARGET_SESSION_S:g} s: "
-                            f"{'met' if ok_s else f'MISSED by {session_s - TARGET_SESSION_S:.3f} s'})")
-    header = ["variant", "wall, 1 test (min / median)", f"wall, {n:,} tests (min / median)", "per test (min)",
-              "per test vs plain: min (median)", "per session vs plain: min (median)"]
+            verdicts.append(
+                f"per test: {per_test_ms:+.2f} ms (target <= {TARGET_TEST_MS:g} ms: "
+                f"{'met' if ok_t else f'MISSED by {per_test_ms - TARGET_TEST_MS:.2f} ms'})"
+            )
+            verdicts.append(
+                f"per session: {session_s:+.3f} s (target <= {TARGET_SESSION_S:g} s: "
+                f"{'met' if ok_s else f'MISSED by {session_s - TARGET_SESSION_S:.3f} s'})"
+            )
+    header = [
+        "variant",
+        "wall, 1 test (min / median)",
+        f"wall, {n:,} tests (min / median)",
+        "per test (min)",
+        "per test vs plain: min (median)",
+        "per session vs plain: min (median)",
+    ]
     print_table(f"Harness overhead ({args.reps} repetitions)", header, rows)
     for v in verdicts:
         print("plugin + tracker " + v)
@@ -178,8 +195,13 @@ def main(argv: list[str] | None = None) -> int:
         *[f"- plugin + tracker, {v}" for v in verdicts],
     ]
     if prof:
-        body += ["", f"cProfile of one 'plugin + tracker' session of {n:,} tests (harness functions, "
-                 "cumulative time; profiling inflates small functions):", "", prof]
+        body += [
+            "",
+            f"cProfile of one 'plugin + tracker' session of {n:,} tests (harness functions, "
+            "cumulative time; profiling inflates small functions):",
+            "",
+            prof,
+        ]
     if not args.no_docs:
         update_section(SECTION, "\n".join(body) + "\n")
     return 0

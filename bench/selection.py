@@ -138,7 +138,11 @@ def discover_mutants(cfg: SelectConfig) -> list[tuple[str, str, int, int]]:
                             stack.append((child, f"{prefix}{child.name}."))
                         elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
                             body = child.body
-                            if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
+                            if (
+                                body
+                                and isinstance(body[0], ast.Expr)
+                                and isinstance(getattr(body[0], "value", None), ast.Constant)
+                            ):
                                 body = body[1:]
                             if not body or all(isinstance(b, (ast.Pass, ast.Expr)) for b in body):
                                 continue  # abstract / protocol stubs
@@ -172,7 +176,9 @@ def collected_ids(output: str) -> set[str]:
     return {line.strip() for line in output.splitlines() if "::" in line and not line.startswith(("ERROR", "FAILED"))}
 
 
-def run_tests(ids: list[str], env: dict[str, str], timeout: int, out: Path, first_failure: bool = False) -> dict[str, list[object]]:
+def run_tests(
+    ids: list[str], env: dict[str, str], timeout: int, out: Path, first_failure: bool = False
+) -> dict[str, list[object]]:
     if not ids:
         return {}
     args_file = out.with_suffix(".args")
@@ -216,6 +222,7 @@ def mutation_benchmark(args: argparse.Namespace, cfg: SelectConfig) -> dict[str,
 
         def in_order(ids: set[str]) -> list[str]:
             return sorted(ids, key=lambda n: (order.get(n, len(order)), n))
+
         total = sum(dur[n] for n in passing) or 1.0
         # Second denominator: the library's tests alone, without the harness's own tests.
         lib_tests = library_tests(passing, args.harness_tests)
@@ -249,12 +256,16 @@ def mutation_benchmark(args: argparse.Namespace, cfg: SelectConfig) -> dict[str,
                 for p in keep:
                     if (snap / p.name).exists():
                         shutil.copy2(snap / p.name, p)
-                union = collected_ids(run(pytest_cmd("--testmon", "--collect-only", "-q", *tests), env, args.timeout).stdout)
+                union = collected_ids(
+                    run(pytest_cmd("--testmon", "--collect-only", "-q", *tests), env, args.timeout).stdout
+                )
                 for p in keep:
                     if (snap / p.name).exists():
                         shutil.copy2(snap / p.name, p)
                 tm = collected_ids(
-                    run(pytest_cmd("--testmon", "--collect-only", "-q", "-p", f"no:{PLUGIN}", *tests), env, args.timeout).stdout
+                    run(
+                        pytest_cmd("--testmon", "--collect-only", "-q", "-p", f"no:{PLUGIN}", *tests), env, args.timeout
+                    ).stdout
                 )
                 union &= passing
                 tm &= passing
@@ -269,7 +280,9 @@ def mutation_benchmark(args: argparse.Namespace, cfg: SelectConfig) -> dict[str,
                         res = run_tests(in_order(tm), env, args.timeout, work / f"m{i}t.json", first_failure=True)
                         failing |= {n for n, (o, _) in res.items() if o == "failed"}
                     elif not failing:
-                        res = run_tests(in_order(passing - union), env, args.timeout, work / f"m{i}r.json", first_failure=True)
+                        res = run_tests(
+                            in_order(passing - union), env, args.timeout, work / f"m{i}r.json", first_failure=True
+                        )
                         failing = {n for n, (o, _) in res.items() if o == "failed"}
                 else:
                     res = run_tests(in_order(union), env, args.timeout, work / f"m{i}.json")
@@ -311,7 +324,12 @@ def mutation_benchmark(args: argparse.Namespace, cfg: SelectConfig) -> dict[str,
 
 # -- report --------------------------------------------------------------------------------
 def render(timings: list[dict[str, float]], mut: dict[str, object] | None, note: str) -> str:
-    out = ["### Map build (generated trees)", "", "| files | test ids | cold build | cold write | warm, no change | one edit |", "|---|---|---|---|---|---|"]
+    out = [
+        "### Map build (generated trees)",
+        "",
+        "| files | test ids | cold build | cold write | warm, no change | one edit |",
+        "|---|---|---|---|---|---|",
+    ]
     for t in timings:
         out.append(
             f"| {t['files']:,} | {int(t['tests']):,} | {t['cold_plan']:.3f} s | {t['cold_write']:.3f} s "
@@ -336,7 +354,10 @@ def render(timings: list[dict[str, float]], mut: dict[str, object] | None, note:
             "| selector | safety | mean cost | max cost | mean cost, library tests | max cost, library tests |",
             "|---|---|---|---|---|---|",
         ]
-        for label, s_key, c_key in (("remote-select (testmon + this)", "ours_safe", "ours_cost"), ("testmon alone", "tm_safe", "tm_cost")):
+        for label, s_key, c_key in (
+            ("remote-select (testmon + this)", "ours_safe", "ours_cost"),
+            ("testmon alone", "tm_safe", "tm_cost"),
+        ):
             safety = sum(1 for r in failing if r[s_key]) / n
             costs = [float(r[c_key]) for r in failing] or [0.0]
             lib = [float(r[c_key + "_lib"]) for r in failing] or [0.0]
@@ -364,14 +385,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=int, default=900, help="seconds per pytest run")
     ap.add_argument("--skip-mutants", action="store_true")
-    ap.add_argument("--mutant", dest="mutants", action="append", default=[], metavar="PATH::QUALNAME",
-                    help="mutate exactly these functions (repeatable), e.g. nemo_rl/config.py::load_config")
-    ap.add_argument("--harness-tests", default="tests/unit/tools",
-                    help="the harness's own tests, left out of the second cost denominator")
-    ap.add_argument("--random", type=int, default=0, metavar="N",
-                    help="with --mutant: also try N more mutants drawn at random (--seed)")
-    ap.add_argument("-x", "--first-failure", action="store_true",
-                    help="stop each mutant's runs at the first failing test (faster; 'fails' counts only those seen)")
+    ap.add_argument(
+        "--mutant",
+        dest="mutants",
+        action="append",
+        default=[],
+        metavar="PATH::QUALNAME",
+        help="mutate exactly these functions (repeatable), e.g. nemo_rl/config.py::load_config",
+    )
+    ap.add_argument(
+        "--harness-tests",
+        default="tests/unit/tools",
+        help="the harness's own tests, left out of the second cost denominator",
+    )
+    ap.add_argument(
+        "--random",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --mutant: also try N more mutants drawn at random (--seed)",
+    )
+    ap.add_argument(
+        "-x",
+        "--first-failure",
+        action="store_true",
+        help="stop each mutant's runs at the first failing test (faster; 'fails' counts only those seen)",
+    )
     ap.add_argument("--no-docs", action="store_true", help="print only; do not touch docs/benchmarks.md")
     ap.add_argument("tests", nargs="*", default=["tests/unit"], help="test paths (default tests/unit)")
     args = ap.parse_args(argv)

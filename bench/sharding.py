@@ -29,16 +29,16 @@ try:
 except ImportError:  # run without the package installed: use the checkout
     sys.path.insert(0, str(ROOT / "tools" / "py"))
 
-from testharness.history import (
+from testharness.history import (  # noqa: E402  (after the sys.path fallback above)
     find_project_root,
     load_history,
     recorded_durations,
     resolve_history_dir,
 )
-from testharness.shard_plan import plan_shards
+from testharness.shard_plan import plan_shards  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _bench_common import update_section
+from _bench_common import update_section  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -49,8 +49,10 @@ class ModelShape:
     vocab: int
 
     def describe(self) -> str:
-        return (f"hidden {self.hidden}, {self.layers} layers, {self.heads} heads ({self.kv_heads} KV), "
-                f"MLP {self.intermediate}, vocab {self.vocab}, untied embeddings")
+        return (
+            f"hidden {self.hidden}, {self.layers} layers, {self.heads} heads ({self.kv_heads} KV), "
+            f"MLP {self.intermediate}, vocab {self.vocab}, untied embeddings"
+        )
 
 
 # ~0.6B parameters: 20 x 25.2M per layer + 2 x 49M embedding/LM head.
@@ -83,7 +85,9 @@ def build_tokenizer(out: Path, n_tokens: int) -> None:
     vocab.update({"<pad>": n_tokens - 3, "<eos>": n_tokens - 2, "<unk>": n_tokens - 1})
     tk = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tk.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>").save_pretrained(out)
+    PreTrainedTokenizerFast(
+        tokenizer_object=tk, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
+    ).save_pretrained(out)
 
 
 def build_model(out: Path, shape: ModelShape, arch: str) -> int:
@@ -93,10 +97,17 @@ def build_model(out: Path, shape: ModelShape, arch: str) -> int:
 
     cls = Qwen2Config if arch == "qwen2" else LlamaConfig
     cfg = cls(
-        vocab_size=shape.vocab, hidden_size=shape.hidden, num_hidden_layers=shape.layers,
-        num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads,
-        intermediate_size=shape.intermediate, max_position_embeddings=8192, tie_word_embeddings=False,
-        bos_token_id=shape.vocab - 2, eos_token_id=shape.vocab - 2, pad_token_id=shape.vocab - 3,
+        vocab_size=shape.vocab,
+        hidden_size=shape.hidden,
+        num_hidden_layers=shape.layers,
+        num_attention_heads=shape.heads,
+        num_key_value_heads=shape.kv_heads,
+        intermediate_size=shape.intermediate,
+        max_position_embeddings=8192,
+        tie_word_embeddings=False,
+        bos_token_id=shape.vocab - 2,
+        eos_token_id=shape.vocab - 2,
+        pad_token_id=shape.vocab - 3,
     )
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
@@ -140,11 +151,12 @@ def plain_loop(args: argparse.Namespace) -> dict[str, Any]:
         tokens = batch["token_mask"].sum().float().clamp(min=1.0)
         loss_sum = torch.zeros((), device=device)
         for start in range(0, args.batch, args.micro_batch):
-            mb = {k: v[start:start + args.micro_batch] for k, v in batch.items()}
+            mb = {k: v[start : start + args.micro_batch] for k, v in batch.items()}
             positions = (mb["attention_mask"].cumsum(-1) - 1).clamp(min=0)
             with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
-                logits = model(input_ids=mb["input_ids"], attention_mask=mb["attention_mask"],
-                               position_ids=positions).logits
+                logits = model(
+                    input_ids=mb["input_ids"], attention_mask=mb["attention_mask"], position_ids=positions
+                ).logits
             logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
             picked = torch.nn.functional.pad(logp.gather(-1, mb["input_ids"][:, 1:, None]).squeeze(-1), (1, 0))
             loss = -(picked * mb["token_mask"].to(picked.dtype)).sum()
@@ -170,10 +182,30 @@ def plain_loop(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_plain(args: argparse.Namespace, model_dir: Path) -> Result:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--role", "plain", "--model-dir", str(model_dir),
-           "--batch", str(args.batch), "--seq", str(args.seq), "--micro-batch", str(args.micro_batch),
-           "--steps", str(args.steps), "--warmup", str(args.warmup), "--precision", args.precision,
-           "--vocab", str(args.vocab), "--lr", str(args.lr)]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--role",
+        "plain",
+        "--model-dir",
+        str(model_dir),
+        "--batch",
+        str(args.batch),
+        "--seq",
+        str(args.seq),
+        "--micro-batch",
+        str(args.micro_batch),
+        "--steps",
+        str(args.steps),
+        "--warmup",
+        str(args.warmup),
+        "--precision",
+        args.precision,
+        "--vocab",
+        str(args.vocab),
+        "--lr",
+        str(args.lr),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, check=False)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
@@ -182,12 +214,22 @@ def run_plain(args: argparse.Namespace, model_dir: Path) -> Result:
     return _result("plain PyTorch loop", 1, out["device"], args.batch, args, out["elapsed"], out["losses"])
 
 
-def _result(runner: str, workers: int, device: str, rows: int, args: argparse.Namespace,
-            elapsed: float, losses: list[float]) -> Result:
+def _result(
+    runner: str, workers: int, device: str, rows: int, args: argparse.Namespace, elapsed: float, losses: list[float]
+) -> Result:
     step_s = elapsed / args.steps
-    return Result(runner=runner, workers=workers, device=device, global_batch=rows, seq=args.seq,
-                  steps=args.steps, step_s=step_s, tokens_per_s=rows * args.seq / step_s,
-                  first_loss=losses[0], last_loss=losses[-1])
+    return Result(
+        runner=runner,
+        workers=workers,
+        device=device,
+        global_batch=rows,
+        seq=args.seq,
+        steps=args.steps,
+        step_s=step_s,
+        tokens_per_s=rows * args.seq / step_s,
+        first_loss=losses[0],
+        last_loss=losses[-1],
+    )
 
 
 # --- the worker through Ray ------------------------------------------------------------------
@@ -198,11 +240,16 @@ def run_worker(args: argparse.Namespace, model_dir: Path, workers: int) -> Resul
 
     rows = args.batch * workers  # weak scaling: the same rows per worker
     cfg: Any = {
-        "model_name": str(model_dir), "precision": args.precision, "train_global_batch_size": rows,
-        "train_micro_batch_size": args.micro_batch, "logprob_micro_batch_size": args.micro_batch,
-        "max_total_sequence_length": args.seq, "max_grad_norm": 1.0,
+        "model_name": str(model_dir),
+        "precision": args.precision,
+        "train_global_batch_size": rows,
+        "train_micro_batch_size": args.micro_batch,
+        "logprob_micro_batch_size": args.micro_batch,
+        "max_total_sequence_length": args.seq,
+        "max_grad_norm": 1.0,
         "optimizer": {"lr": args.lr, "weight_decay": 0.01, "betas": [0.9, 0.999]},
-        "scheduler": {"warmup_steps": 0}, "megatron_cfg": {"enabled": False},
+        "scheduler": {"warmup_steps": 0},
+        "megatron_cfg": {"enabled": False},
     }
     batch = make_batch(rows, args.seq, args.vocab)
     policy = Policy(cfg, cluster_from_config(workers, "auto"))
@@ -216,8 +263,15 @@ def run_worker(args: argparse.Namespace, model_dir: Path, workers: int) -> Resul
         elapsed = time.perf_counter() - t0
     finally:
         policy.shutdown()
-    return _result(f"DTensor worker via Ray ({'FSDP2' if workers > 1 else '1 worker'})", workers,
-                   device, rows, args, elapsed, losses)
+    return _result(
+        f"DTensor worker via Ray ({'FSDP2' if workers > 1 else '1 worker'})",
+        workers,
+        device,
+        rows,
+        args,
+        elapsed,
+        losses,
+    )
 
 
 def start_ray() -> bool:
@@ -241,15 +295,41 @@ def mfu(tps: float, flops_params: int, peak: float, workers: int) -> str:
     return f"{6 * flops_params * tps / (peak * workers):.1%}"
 
 
-def render(results: list[Result], shape: ModelShape, n_params: int, flops_params: int, args: argparse.Namespace,
-           cmd_line: str, peak: float) -> tuple[str, list[list[object]], list[str]]:
-    header = ["runner", "workers", "device", "global batch x seq", "step time", "tokens/s",
-              "tokens/s per worker", "MFU", "loss first -> last"]
+def render(
+    results: list[Result],
+    shape: ModelShape,
+    n_params: int,
+    flops_params: int,
+    args: argparse.Namespace,
+    cmd_line: str,
+    peak: float,
+) -> tuple[str, list[list[object]], list[str]]:
+    header = [
+        "runner",
+        "workers",
+        "device",
+        "global batch x seq",
+        "step time",
+        "tokens/s",
+        "tokens/s per worker",
+        "MFU",
+        "loss first -> last",
+    ]
     rows: list[list[object]] = []
     for r in results:
-        rows.append([r.runner, r.workers, r.device, f"{r.global_batch} x {r.seq}", f"{r.step_s * 1000:.1f} ms",
-                     f"{r.tokens_per_s:,.0f}", f"{r.tokens_per_s / r.workers:,.0f}",
-                     mfu(r.tokens_per_s, flops_params, peak, r.workers), f"{r.first_loss:.3f} -> {r.last_loss:.3f}"])
+        rows.append(
+            [
+                r.runner,
+                r.workers,
+                r.device,
+                f"{r.global_batch} x {r.seq}",
+                f"{r.step_s * 1000:.1f} ms",
+                f"{r.tokens_per_s:,.0f}",
+                f"{r.tokens_per_s / r.workers:,.0f}",
+                mfu(r.tokens_per_s, flops_params, peak, r.workers),
+                f"{r.first_loss:.3f} -> {r.last_loss:.3f}",
+            ]
+        )
     notes: list[str] = []
     plain = next((r for r in results if r.runner.startswith("plain")), None)
     one = next((r for r in results if r.runner.startswith("DTensor") and r.workers == 1), None)
@@ -260,8 +340,10 @@ def render(results: list[Result], shape: ModelShape, n_params: int, flops_params
     for r in results:
         if one and r.runner.startswith("DTensor") and r.workers > 1:
             eff = r.tokens_per_s / (r.workers * one.tokens_per_s)
-            notes.append(f"FSDP2 scaling efficiency at {r.workers} workers (weak scaling, {args.batch} rows per "
-                         f"worker): **{eff:.1%}** (tokens/s at {r.workers} / {r.workers} x tokens/s at 1)")
+            notes.append(
+                f"FSDP2 scaling efficiency at {r.workers} workers (weak scaling, {args.batch} rows per "
+                f"worker): **{eff:.1%}** (tokens/s at {r.workers} / {r.workers} x tokens/s at 1)"
+            )
     body = [
         "## Training throughput (bench/throughput.py)",
         "",
@@ -278,8 +360,11 @@ def render(results: list[Result], shape: ModelShape, n_params: int, flops_params
         *[f"- {n}" for n in notes],
     ]
     if args.tiny:
-        body += ["", "This is the CPU smoke run (`--tiny`): it checks the script, not the target; "
-                 "the H200 numbers come from a run without `--tiny`."]
+        body += [
+            "",
+            "This is the CPU smoke run (`--tiny`): it checks the script, not the target; "
+            "the H200 numbers come from a run without `--tiny`.",
+        ]
     return "\n".join(body) + "\n", rows, notes
 
 
@@ -303,8 +388,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--vocab", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     tiny = args.tiny
-    for name, full, small in (("batch", 8, 4), ("seq", 2048, 64), ("steps", 20, 3), ("warmup", 3, 1),
-                              ("precision", "bfloat16", "float32")):
+    for name, full, small in (
+        ("batch", 8, 4),
+        ("seq", 2048, 64),
+        ("steps", 20, 3),
+        ("warmup", 3, 1),
+        ("precision", "bfloat16", "float32"),
+    ):
         if getattr(args, name) is None:
             setattr(args, name, small if tiny else full)
     if args.micro_batch is None:
@@ -343,8 +433,11 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         n_params = build_model(tmp / "model", shape, args.arch)
         flops_params = n_params - shape.vocab * shape.hidden  # input embedding: a lookup, no FLOPs
-        print(f"throughput: {args.arch} model with {n_params / 1e6:.1f}M parameters built in "
-              f"{time.perf_counter() - t0:.1f} s", flush=True)
+        print(
+            f"throughput: {args.arch} model with {n_params / 1e6:.1f}M parameters built in "
+            f"{time.perf_counter() - t0:.1f} s",
+            flush=True,
+        )
         results = [run_plain(args, tmp / "model")]
         print(f"throughput: plain loop {results[-1].tokens_per_s:,.0f} tokens/s", flush=True)
         started = start_ray()
@@ -357,11 +450,14 @@ def main(argv: list[str] | None = None) -> int:
 
             ray.shutdown()
         shutil.rmtree(tmp, ignore_errors=True)
-    cmd = ("uv run python bench/throughput.py --tiny" if args.tiny else "python3 bench/throughput.py")
+    cmd = "uv run python bench/throughput.py --tiny" if args.tiny else "python3 bench/throughput.py"
     cmd += f" --gpus {args.gpus}" if args.gpus > 1 else ""
     body, rows, notes = render(results, shape, n_params, flops_params, args, cmd, args.peak_tflops * 1e12)
-    print_table("SFT step throughput", ["runner", "workers", "device", "batch x seq", "step", "tokens/s",
-                                        "per worker", "MFU", "loss"], rows)
+    print_table(
+        "SFT step throughput",
+        ["runner", "workers", "device", "batch x seq", "step", "tokens/s", "per worker", "MFU", "loss"],
+        rows,
+    )
     for n in notes:
         print(n.replace("**", ""))
     print(json.dumps([asdict(r) for r in results]))

@@ -50,7 +50,9 @@ def measure(variant: str, steps: int) -> dict[str, float]:
 
     assets = ROOT / "tests" / "unit" / "test_assets"
     model = str(assets / "tiny_llama")
-    batch = sft_batch(AutoTokenizer.from_pretrained(model), load_chat_dataset(assets / "data" / "sft_train.jsonl")[:8], max_length=64)
+    batch = sft_batch(
+        AutoTokenizer.from_pretrained(model), load_chat_dataset(assets / "data" / "sft_train.jsonl")[:8], max_length=64
+    )
     init_ray()
     start = time.perf_counter()
     policy = Policy(policy_config(model, precision="float32"), cluster_from_config(1, "auto"))  # type: ignore[arg-type]
@@ -88,17 +90,25 @@ def main(argv: list[str] | None = None) -> int:
         for variant in ("plain", "traced"):
             proc = subprocess.run(
                 [sys.executable, __file__, "--variant", variant, "--steps", str(args.steps)],
-                cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False,
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=900,
+                check=False,
             )
             lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
             if proc.returncode or not lines:
                 print(proc.stdout[-2000:] + proc.stderr[-2000:], file=sys.stderr)
                 return 1
-            runs[variant].append(json.loads(lines[-1][len("RESULT "):]))
+            runs[variant].append(json.loads(lines[-1][len("RESULT ") :]))
             print(f"run {i + 1}/{args.repeat} {variant}: {runs[variant][-1]}", file=sys.stderr)
     rows = []
-    for key, label in (("start_s", "worker start (imports, model load)"), ("train_s", "training step (8 sequences)"),
-                       ("logprobs_s", "logprob pass (8 sequences)")):
+    for key, label in (
+        ("start_s", "worker start (imports, model load)"),
+        ("train_s", "training step (8 sequences)"),
+        ("logprobs_s", "logprob pass (8 sequences)"),
+    ):
         plain = statistics.median(r[key] for r in runs["plain"])
         traced = statistics.median(r[key] for r in runs["traced"])
         rows.append([label, f"{plain * 1000:.0f} ms", f"{traced * 1000:.0f} ms", f"{traced / plain - 1:+.0%}"])
@@ -106,10 +116,12 @@ def main(argv: list[str] | None = None) -> int:
     body = [
         "## Worker tracing overhead (bench/trace_overhead.py)",
         "",
-        (f"Measured {today()} on {machine()}, Python {sys.version.split()[0]}, with "
-         f"`uv run --group test python bench/trace_overhead.py --steps {args.steps} --repeat {args.repeat}`: "
-         "one DTensor policy worker on the tiny offline model, each variant in a fresh process with a "
-         f"Ray cluster of its own, alternating plain / traced; medians of {args.repeat} runs."),
+        (
+            f"Measured {today()} on {machine()}, Python {sys.version.split()[0]}, with "
+            f"`uv run --group test python bench/trace_overhead.py --steps {args.steps} --repeat {args.repeat}`: "
+            "one DTensor policy worker on the tiny offline model, each variant in a fresh process with a "
+            f"Ray cluster of its own, alternating plain / traced; medians of {args.repeat} runs."
+        ),
         "",
         table,
     ]

@@ -31,9 +31,10 @@ import sys
 import tempfile
 import threading
 import traceback
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any, Callable, Mapping, NoReturn, Sequence
+from typing import Any, NoReturn
 
 from nemo_rl.config import ConfigError, load_config, summarize
 
@@ -79,8 +80,12 @@ def _exception_line(exc: BaseException) -> str:
 def _root(exc: BaseException, ray_error: type[BaseException]) -> BaseException:
     """A Ray error raised while another one was propagating (stopping workers that had died
     in a `finally`) is a casualty: the error underneath is the cause."""
-    while (isinstance(exc, ray_error) and exc.__context__ is not None and exc.__cause__ is None
-           and not exc.__suppress_context__):
+    while (
+        isinstance(exc, ray_error)
+        and exc.__context__ is not None
+        and exc.__cause__ is None
+        and not exc.__suppress_context__
+    ):
         exc = exc.__context__
     return exc
 
@@ -135,6 +140,7 @@ def _write_traceback(exc: BaseException, log_dir: object) -> str:
 
 # ---------------------------------------------------------------- the run
 
+
 class _Interrupt:
     """SIGINT -> KeyboardInterrupt, with one line on the first; remembers that it happened."""
 
@@ -144,8 +150,11 @@ class _Interrupt:
     def __call__(self, signum: int, frame: FrameType | None) -> None:
         self.count += 1
         if self.count == 1:
-            print("\ninterrupted: stopping the workers and Ray (Ctrl-C again to skip the graceful stop)",
-                  file=sys.stderr, flush=True)
+            print(
+                "\ninterrupted: stopping the workers and Ray (Ctrl-C again to skip the graceful stop)",
+                file=sys.stderr,
+                flush=True,
+            )
         raise KeyboardInterrupt
 
 
@@ -193,19 +202,29 @@ def run_training(train: Callable[[Any], object], cfg: dict[str, Any]) -> int:
                 _set_sigint(previous)
 
 
-def run_example(description: str, default_config: Path, validate: Validator,
-                train: Callable[[Any], object], argv: Sequence[str] | None) -> int:
+def run_example(
+    description: str,
+    default_config: Path,
+    validate: Validator,
+    train: Callable[[Any], object],
+    argv: Sequence[str] | None,
+) -> int:
     """`PROG [--config FILE] [--check-config] [key=value ...]`: load, build assets, check, train."""
     parser = _Parser(description=description)
     parser.add_argument("--config", type=Path, default=default_config, help="YAML config (default: %(default)s)")
-    parser.add_argument("--check-config", action="store_true",
-                        help="check the config (and build missing test assets), then exit: 0 when it is good")
+    parser.add_argument(
+        "--check-config",
+        action="store_true",
+        help="check the config (and build missing test assets), then exit: 0 when it is good",
+    )
     parser.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. policy.optimizer.lr=1e-3")
     args = parser.parse_args(argv)
     try:
         cfg = load_config(args.config, args.overrides)
-        paths = [cfg.get(section, {}).get(key) for section, key in
-                 (("policy", "model_name"), ("data", "train_path"), ("data", "val_path"))]
+        paths = [
+            cfg.get(section, {}).get(key)
+            for section, key in (("policy", "model_name"), ("data", "train_path"), ("data", "val_path"))
+        ]
         ensure_test_assets([p for p in paths if isinstance(p, str)])
         problem = summarize(validate(cfg))
     except ConfigError as e:

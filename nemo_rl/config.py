@@ -14,9 +14,10 @@ users (`nemo_rl/algorithms/config_checks.py`); the checks here know no key names
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -172,6 +173,7 @@ def summarize(problems: Sequence[str]) -> str:
 
 # Checks: small factories, so that a table reads like a schema.
 
+
 @dataclass(frozen=True)
 class Expect:
     """A check made of what is wanted and a predicate: "must be <want>, got <value>"."""
@@ -192,18 +194,27 @@ def _is_number(value: Any) -> bool:
 
 def integer(ge: int | None = None) -> Expect:
     """An int (not a bool, not 1.5), at least `ge`."""
-    return Expect("an integer" + (f" >= {ge}" if ge is not None else ""),
-                  lambda v: isinstance(v, int) and not isinstance(v, bool) and (ge is None or v >= ge))
+    return Expect(
+        "an integer" + (f" >= {ge}" if ge is not None else ""),
+        lambda v: isinstance(v, int) and not isinstance(v, bool) and (ge is None or v >= ge),
+    )
 
 
-def number(gt: float | None = None, ge: float | None = None, le: float | None = None,
-           lt: float | None = None) -> Expect:
+def number(
+    gt: float | None = None, ge: float | None = None, le: float | None = None, lt: float | None = None
+) -> Expect:
     """A finite int or float within the given bounds."""
     bounds = [f"{op} {b:g}" for op, b in ((">", gt), (">=", ge), ("<=", le), ("<", lt)) if b is not None]
 
     def ok(v: Any) -> bool:
-        return (_is_number(v) and math.isfinite(v) and (gt is None or v > gt) and (ge is None or v >= ge)
-                and (le is None or v <= le) and (lt is None or v < lt))
+        return (
+            _is_number(v)
+            and math.isfinite(v)
+            and (gt is None or v > gt)
+            and (ge is None or v >= ge)
+            and (le is None or v <= le)
+            and (lt is None or v < lt)
+        )
 
     return Expect("a finite number" + (" " + " and ".join(bounds) if bounds else ""), ok)
 
@@ -227,12 +238,15 @@ def null() -> Expect:
 
 def pair(item: Expect) -> Expect:
     """A list of two items, each passing `item` (e.g. Adam's betas)."""
-    return Expect(f"a list of two items, each {item.want}",
-                  lambda v: isinstance(v, (list, tuple)) and len(v) == 2 and all(item.ok(x) for x in v))
+    return Expect(
+        f"a list of two items, each {item.want}",
+        lambda v: isinstance(v, (list, tuple)) and len(v) == 2 and all(item.ok(x) for x in v),
+    )
 
 
 def existing_file() -> Check:
     """A path (relative to the working directory) to an existing file."""
+
     def check(value: Any) -> str | None:
         if not text().ok(value):
             return f"must be a file path, got {show(value)}"
@@ -247,6 +261,7 @@ def existing_file() -> Check:
 
 def directory_path() -> Check:
     """A path that is a directory or does not exist yet (it will be created)."""
+
     def check(value: Any) -> str | None:
         if not text().ok(value):
             return f"must be a directory path, got {show(value)}"

@@ -10,9 +10,10 @@ neither torch nor Ray (sft.py and grpo.py do), so a bad value is refused in abou
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from nemo_rl.config import (
     Check,
@@ -59,6 +60,7 @@ def _in_hub_cache(repo_id: str) -> bool:
 
 def model_source() -> Check:
     """A local Hugging Face model folder (config.json and a tokenizer), or a Hub repo id."""
+
     def check(value: Any) -> str | None:
         if not text().ok(value):
             return f"must be a model folder or a Hugging Face Hub id, got {show(value)}"
@@ -93,6 +95,7 @@ def find_sft_export(path: str | Path) -> Path | None:
 
 def sft_checkpoint() -> Check:
     """null, or an SFT checkpoint dir with a Hugging Face export (see find_sft_export)."""
+
     def check(value: Any) -> str | None:
         if value is None:
             return None
@@ -139,9 +142,11 @@ _POLICY: tuple[Rule | Relation, ...] = (
     Rule("policy.megatron_cfg.tensor_model_parallel_size", integer(ge=1)),
     Rule("cluster.num_workers", integer(ge=1)),
     Rule("cluster.gpus_per_worker", choice("auto") | number(ge=0)),
-    Relation(("policy.megatron_cfg.enabled", "cluster.num_workers", "policy.megatron_cfg.tensor_model_parallel_size"),
-             lambda on, n, tp: not on or n % tp == 0,
-             "cluster.num_workers ({1}) must be a multiple of policy.megatron_cfg.tensor_model_parallel_size ({2})"),
+    Relation(
+        ("policy.megatron_cfg.enabled", "cluster.num_workers", "policy.megatron_cfg.tensor_model_parallel_size"),
+        lambda on, n, tp: not on or n % tp == 0,
+        "cluster.num_workers ({1}) must be a multiple of policy.megatron_cfg.tensor_model_parallel_size ({2})",
+    ),
 )
 
 _OUTPUTS: tuple[Rule | Relation, ...] = (
@@ -166,15 +171,26 @@ SFT_RULES: tuple[Rule | Relation, ...] = (
     Rule("data.val_path", existing_file()),
     Rule("data.shuffle", boolean()),
     *_OUTPUTS,
-    Relation(("policy.train_global_batch_size", "cluster.num_workers"), lambda b, n: b % n == 0,
-             "policy.train_global_batch_size ({0}) must be a multiple of cluster.num_workers ({1})"),
-    Relation(("sft.val_global_batch_size", "cluster.num_workers"), lambda b, n: b % n == 0,
-             "sft.val_global_batch_size ({0}) must be a multiple of cluster.num_workers ({1})"),
-    Relation(("policy.train_global_batch_size", "data.train_path"), _fits,
-             "policy.train_global_batch_size ({0}) exceeds the number of records in data.train_path {1}"),
-    Relation(("sft.val_global_batch_size", "data.val_path", "sft.val_period"),
-             lambda b, p, period: period == 0 or _fits(b, p),
-             "sft.val_global_batch_size ({0}) exceeds the number of records in data.val_path {1}"),
+    Relation(
+        ("policy.train_global_batch_size", "cluster.num_workers"),
+        lambda b, n: b % n == 0,
+        "policy.train_global_batch_size ({0}) must be a multiple of cluster.num_workers ({1})",
+    ),
+    Relation(
+        ("sft.val_global_batch_size", "cluster.num_workers"),
+        lambda b, n: b % n == 0,
+        "sft.val_global_batch_size ({0}) must be a multiple of cluster.num_workers ({1})",
+    ),
+    Relation(
+        ("policy.train_global_batch_size", "data.train_path"),
+        _fits,
+        "policy.train_global_batch_size ({0}) exceeds the number of records in data.train_path {1}",
+    ),
+    Relation(
+        ("sft.val_global_batch_size", "data.val_path", "sft.val_period"),
+        lambda b, p, period: period == 0 or _fits(b, p),
+        "sft.val_global_batch_size ({0}) exceeds the number of records in data.val_path {1}",
+    ),
 )
 
 GRPO_RULES: tuple[Rule | Relation, ...] = (
@@ -199,18 +215,28 @@ GRPO_RULES: tuple[Rule | Relation, ...] = (
     Rule("data.shuffle", boolean()),
     Rule("env.num_workers", integer(ge=1)),
     *_OUTPUTS,
-    Relation(("grpo.num_prompts_per_step", "grpo.num_generations_per_prompt", "cluster.num_workers"),
-             lambda p, g, n: (p * g) % n == 0,
-             "grpo.num_prompts_per_step x grpo.num_generations_per_prompt ({0} x {1}) "
-             "must be a multiple of cluster.num_workers ({2})"),
-    Relation(("grpo.num_generations_per_prompt", "grpo.normalize_rewards"), lambda g, norm: g >= 2 or not norm,
-             "grpo.num_generations_per_prompt ({0}) must be >= 2 with grpo.normalize_rewards=true "
-             "(a group of one has no spread)"),
-    Relation(("grpo.val_num_prompts", "cluster.num_workers", "grpo.val_period"),
-             lambda v, n, period: period == 0 or v >= n,
-             "grpo.val_num_prompts ({0}) must be >= cluster.num_workers ({1}) when grpo.val_period > 0"),
-    Relation(("grpo.num_prompts_per_step", "data.train_path"), _fits,
-             "grpo.num_prompts_per_step ({0}) exceeds the number of records in data.train_path {1}"),
+    Relation(
+        ("grpo.num_prompts_per_step", "grpo.num_generations_per_prompt", "cluster.num_workers"),
+        lambda p, g, n: (p * g) % n == 0,
+        "grpo.num_prompts_per_step x grpo.num_generations_per_prompt ({0} x {1}) "
+        "must be a multiple of cluster.num_workers ({2})",
+    ),
+    Relation(
+        ("grpo.num_generations_per_prompt", "grpo.normalize_rewards"),
+        lambda g, norm: g >= 2 or not norm,
+        "grpo.num_generations_per_prompt ({0}) must be >= 2 with grpo.normalize_rewards=true "
+        "(a group of one has no spread)",
+    ),
+    Relation(
+        ("grpo.val_num_prompts", "cluster.num_workers", "grpo.val_period"),
+        lambda v, n, period: period == 0 or v >= n,
+        "grpo.val_num_prompts ({0}) must be >= cluster.num_workers ({1}) when grpo.val_period > 0",
+    ),
+    Relation(
+        ("grpo.num_prompts_per_step", "data.train_path"),
+        _fits,
+        "grpo.num_prompts_per_step ({0}) exceeds the number of records in data.train_path {1}",
+    ),
 )
 
 

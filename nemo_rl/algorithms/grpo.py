@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence, TypedDict
+from typing import Any, TypedDict
 
 import torch
 from torch import Tensor
@@ -95,21 +96,27 @@ def resolve_sft_init(path: str) -> str:
 
 def decode_responses(tokenizer: Any, out: GenerationOutput) -> list[str]:
     texts = []
-    for ids, mask in zip(out["output_ids"], out["response_mask"]):
+    for ids, mask in zip(out["output_ids"], out["response_mask"], strict=True):
         texts.append(tokenizer.decode(ids[mask.bool()].tolist(), skip_special_tokens=True))
     return texts
 
 
-def rollout(policy: Policy, tokenizer: Any, problems: Sequence[MathProblem], repeats: int,
-            gen_cfg: GenerationConfig) -> tuple[dict[str, Tensor], GenerationOutput]:
-    prompts = [prompt_ids(tokenizer, [{"role": "user", "content": p["problem"]}]) for p in problems for _ in range(repeats)]
+def rollout(
+    policy: Policy, tokenizer: Any, problems: Sequence[MathProblem], repeats: int, gen_cfg: GenerationConfig
+) -> tuple[dict[str, Tensor], GenerationOutput]:
+    prompts = [
+        prompt_ids(tokenizer, [{"role": "user", "content": p["problem"]}]) for p in problems for _ in range(repeats)
+    ]
     batch = pad_batch(prompts, tokenizer.pad_token_id, left=True)
     return batch, policy.generate(batch, gen_cfg)
 
 
-def validate(policy: Policy, tokenizer: Any, env: MathEnvironment, problems: Sequence[MathProblem],
-             gen_cfg: GenerationConfig) -> dict[str, float]:
-    greedy = GenerationConfig(max_new_tokens=gen_cfg["max_new_tokens"], temperature=0.0, top_p=1.0, seed=gen_cfg["seed"])
+def validate(
+    policy: Policy, tokenizer: Any, env: MathEnvironment, problems: Sequence[MathProblem], gen_cfg: GenerationConfig
+) -> dict[str, float]:
+    greedy = GenerationConfig(
+        max_new_tokens=gen_cfg["max_new_tokens"], temperature=0.0, top_p=1.0, seed=gen_cfg["seed"]
+    )
     n = len(problems) - len(problems) % policy.world_size
     _, out = rollout(policy, tokenizer, problems[:n], 1, greedy)
     rewards = env.score(decode_responses(tokenizer, out), [p["answer"] for p in problems[:n]])
@@ -146,7 +153,9 @@ def grpo_train(cfg: GRPOMasterConfig) -> dict[str, float]:
             problems = next(it)
             prompts, out = rollout(policy, tokenizer, problems, group, dict(pcfg["generation"], seed=g["seed"] + step))  # type: ignore[arg-type]
             t_gen = time.perf_counter() - t0
-            rewards = torch.tensor(env.score(decode_responses(tokenizer, out), [p["answer"] for p in problems for _ in range(group)]))
+            rewards = torch.tensor(
+                env.score(decode_responses(tokenizer, out), [p["answer"] for p in problems for _ in range(group)])
+            )
             p_len = out["prompt_length"]
             batch = {
                 "input_ids": out["output_ids"],
@@ -160,11 +169,15 @@ def grpo_train(cfg: GRPOMasterConfig) -> dict[str, float]:
             t1 = time.perf_counter()
             result = policy.train(batch, loss_fn)
             metrics = {
-                "train/loss": result["loss"], "train/reward": float(rewards.mean()),
-                "train/accuracy": float((rewards >= 1.0).float().mean()), "train/kl": result.get("kl", 0.0),
-                "train/clip_fraction": result.get("clip_fraction", 0.0), "train/grad_norm": result["grad_norm"],
+                "train/loss": result["loss"],
+                "train/reward": float(rewards.mean()),
+                "train/accuracy": float((rewards >= 1.0).float().mean()),
+                "train/kl": result.get("kl", 0.0),
+                "train/clip_fraction": result.get("clip_fraction", 0.0),
+                "train/grad_norm": result["grad_norm"],
                 "train/mean_gen_tokens": float(out["response_mask"].sum(1).mean()),
-                "timing/generation_s": t_gen, "timing/train_s": time.perf_counter() - t1,
+                "timing/generation_s": t_gen,
+                "timing/train_s": time.perf_counter() - t1,
                 "timing/step_s": time.perf_counter() - t0,
             }
             if due(step, g["val_period"], g["max_num_steps"]):

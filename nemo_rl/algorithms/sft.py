@@ -77,9 +77,13 @@ def sft_train(cfg: SFTMasterConfig) -> dict[str, float]:
     try:
         step = resume_from_latest(policy, ckpt, ckpt_cfg, logger, "sft")
         info = policy.info()[0]
-        logger.console.print(f"[sft] {policy.world_size} worker(s) on {info['device']} ({info['dtype']}), "
-                             f"{info['num_params']:,} parameters per worker, steps {step + 1}..{sft['max_num_steps']}")
-        train_iter = skip(batches(train_data, pcfg["train_global_batch_size"], sft["seed"], cfg["data"]["shuffle"]), step)
+        logger.console.print(
+            f"[sft] {policy.world_size} worker(s) on {info['device']} ({info['dtype']}), "
+            f"{info['num_params']:,} parameters per worker, steps {step + 1}..{sft['max_num_steps']}"
+        )
+        train_iter = skip(
+            batches(train_data, pcfg["train_global_batch_size"], sft["seed"], cfg["data"]["shuffle"]), step
+        )
         loss_fn = NLLLoss()
         metrics: dict[str, float] = {}
         while step < sft["max_num_steps"]:
@@ -88,9 +92,13 @@ def sft_train(cfg: SFTMasterConfig) -> dict[str, float]:
             batch = sft_batch(tokenizer, next(train_iter), pcfg["max_total_sequence_length"])
             out = policy.train(batch, loss_fn)
             elapsed = time.perf_counter() - t0
-            metrics = {"train/loss": out["loss"], "train/grad_norm": out["grad_norm"], "train/lr": out["lr"],
-                       "train/tokens_per_sec": float(batch["attention_mask"].sum()) / elapsed,
-                       "timing/step_s": elapsed}
+            metrics = {
+                "train/loss": out["loss"],
+                "train/grad_norm": out["grad_norm"],
+                "train/lr": out["lr"],
+                "train/tokens_per_sec": float(batch["attention_mask"].sum()) / elapsed,
+                "timing/step_s": elapsed,
+            }
             if due(step, sft["val_period"], sft["max_num_steps"]):
                 metrics.update(validate(policy, tokenizer, val_data, cfg))
             logger.log(metrics, step)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterator, Mapping, TypedDict
+from typing import Any, TypedDict
 
 from nemo_rl.models.policy.policy import Policy
 from nemo_rl.utils.checkpoint import CheckpointManager
@@ -39,7 +40,9 @@ def due(step: int, period: int, last_step: int) -> bool:
     return period > 0 and (step % period == 0 or step == last_step)
 
 
-def resume_from_latest(policy: Policy, ckpt: CheckpointManager, cfg: CheckpointingConfig, logger: Logger, name: str) -> int:
+def resume_from_latest(
+    policy: Policy, ckpt: CheckpointManager, cfg: CheckpointingConfig, logger: Logger, name: str
+) -> int:
     """Load the newest complete checkpoint when checkpointing is on; the step to continue from."""
     latest = ckpt.latest() if cfg["enabled"] else None
     if latest is None:
@@ -49,8 +52,14 @@ def resume_from_latest(policy: Policy, ckpt: CheckpointManager, cfg: Checkpointi
     return step
 
 
-def save_if_due(policy: Policy, ckpt: CheckpointManager, cfg: CheckpointingConfig, step: int, last_step: int,
-                metrics: Mapping[str, float]) -> None:
+def save_if_due(
+    policy: Policy,
+    ckpt: CheckpointManager,
+    cfg: CheckpointingConfig,
+    step: int,
+    last_step: int,
+    metrics: Mapping[str, float],
+) -> None:
     if cfg["enabled"] and due(step, cfg["save_period"], last_step):
         policy.save_checkpoint(str(ckpt.step_dir(step) / "policy"))
         ckpt.finalize(step, {"step": step, **metrics})

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence, TypedDict
+from typing import Any, TypedDict
 
 
 class Message(TypedDict):
@@ -70,5 +71,5 @@ def batches(items: Sequence[Any], batch_size: int, seed: int, shuffle: bool = Tr
         if shuffle:
             random.Random(seed + epoch).shuffle(order)
         for start in range(0, len(order) - batch_size + 1, batch_size):
-            yield [items[i] for i in order[start:start + batch_size]]
+            yield [items[i] for i in order[start : start + batch_size]]
         epoch += 1

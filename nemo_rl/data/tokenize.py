@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -23,10 +24,14 @@ def tokenize_conversation(tokenizer: Any, messages: Sequence[Message], max_lengt
         prefix = _as_ids(prefix)
         if prefix[: len(ids)] != ids:
             raise ValueError("the chat template is not prefix-stable; cannot build an assistant mask")
-        new = prefix[len(ids):]
+        new = prefix[len(ids) :]
         if msg["role"] == "assistant":
             # The role header belongs to the prompt; the content and end marker are learned.
-            header = _as_ids(tokenizer.apply_chat_template(list(messages[:i]), tokenize=True, add_generation_prompt=True)) if i else []
+            header = (
+                _as_ids(tokenizer.apply_chat_template(list(messages[:i]), tokenize=True, add_generation_prompt=True))
+                if i
+                else []
+            )
             n_header = max(0, len(header) - len(ids)) if header[: len(ids)] == ids else 0
             mask += [0] * n_header + [1] * (len(new) - n_header)
         else:
@@ -47,8 +52,11 @@ def prompt_ids(tokenizer: Any, messages: Sequence[Message]) -> list[int]:
 
 
 def pad_batch(
-    sequences: Sequence[Sequence[int]], pad_id: int, masks: Sequence[Sequence[int]] | None = None,
-    left: bool = False, pad_to_multiple_of: int = 1,
+    sequences: Sequence[Sequence[int]],
+    pad_id: int,
+    masks: Sequence[Sequence[int]] | None = None,
+    left: bool = False,
+    pad_to_multiple_of: int = 1,
 ) -> dict[str, Tensor]:
     """Pad to a common length: `input_ids`, `attention_mask` (+ `token_mask` when masks given)."""
     longest = max(len(s) for s in sequences)

@@ -10,7 +10,8 @@ import importlib
 import os
 import socket
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import psutil
 import ray
@@ -20,8 +21,14 @@ from nemo_rl.distributed.ray_cluster import WAIT_TIMEOUT_ENV, RayWaitTimeout, ra
 from nemo_rl.distributed.virtual_cluster import RayVirtualCluster
 
 # Environment that must reach every worker unchanged (multicast must stay off on shared GPUs).
-_FORWARDED_ENV = ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
-                  "COVERAGE_PROCESS_START", "COVERAGE_PROCESS_CONFIG", "PYTHONPATH")
+_FORWARDED_ENV = (
+    "NCCL_NVLS_ENABLE",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST",
+    "NVSHMEM_DISABLE_NVLS",
+    "COVERAGE_PROCESS_START",
+    "COVERAGE_PROCESS_CONFIG",
+    "PYTHONPATH",
+)
 
 
 def resolve_class(spec: str | type) -> type:
@@ -50,7 +57,7 @@ def wait_until_ready(actors: Sequence[Any], names: Sequence[str], timeout_s: flo
     600 s); a constructor that raised raises here, one that is late raises RayWaitTimeout
     naming the actor."""
     timeout = timeout_s if timeout_s is not None else ray_wait_timeout_s()
-    refs = {a.__ray_ready__.remote(): name for a, name in zip(actors, names)}
+    refs = {a.__ray_ready__.remote(): name for a, name in zip(actors, names, strict=True)}
     late = list(refs)
     deadline = time.monotonic() + timeout
     while late and (left := deadline - time.monotonic()) > 0:
@@ -155,8 +162,14 @@ class RayWorkerGroup:
         remote_cls: Any = ray.remote(cls)
         self.workers = []
         for rank in range(world):
-            env = dict(base_env, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK="0",
-                       MASTER_ADDR=str(master_addr), MASTER_PORT=str(master_port))
+            env = dict(
+                base_env,
+                RANK=str(rank),
+                WORLD_SIZE=str(world),
+                LOCAL_RANK="0",
+                MASTER_ADDR=str(master_addr),
+                MASTER_PORT=str(master_port),
+            )
             self.workers.append(
                 remote_cls.options(
                     num_cpus=cluster.cpus_per_worker,
@@ -185,7 +198,9 @@ class RayWorkerGroup:
         """Call `method(*per_worker_args[rank], **kwargs)` on each worker."""
         if len(per_worker_args) != len(self.workers):
             raise ValueError(f"{len(per_worker_args)} argument sets for {len(self.workers)} workers")
-        return ray.get([getattr(w, method).remote(*a, **kwargs) for w, a in zip(self.workers, per_worker_args)])
+        return ray.get(
+            [getattr(w, method).remote(*a, **kwargs) for w, a in zip(self.workers, per_worker_args, strict=True)]
+        )
 
     def shutdown(self) -> None:
         """End the workers gracefully (their atexit handlers run), then free the resources."""

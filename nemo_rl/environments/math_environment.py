@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import ray
 
@@ -80,7 +81,7 @@ def score_response(response: str, reference: str) -> float:
 
 class MathVerifierWorker:
     def score(self, responses: Sequence[str], references: Sequence[str]) -> list[float]:
-        return [score_response(r, a) for r, a in zip(responses, references)]
+        return [score_response(r, a) for r, a in zip(responses, references, strict=True)]
 
 
 class MathEnvironment:
@@ -95,8 +96,10 @@ class MathEnvironment:
             raise ValueError(f"{len(responses)} responses for {len(references)} references")
         n = len(self.workers)
         chunk = -(-len(responses) // n) if responses else 1
-        refs = [w.score.remote(responses[i:i + chunk], references[i:i + chunk])
-                for w, i in zip(self.workers, range(0, len(responses), chunk))]
+        refs = [
+            w.score.remote(responses[i : i + chunk], references[i : i + chunk])
+            for w, i in zip(self.workers, range(0, len(responses), chunk), strict=False)
+        ]
         return [s for part in ray.get(refs) for s in part]
 
     def shutdown(self) -> None:

@@ -22,12 +22,14 @@ def local_gpu_stats() -> list[dict[str, Any]]:
         for i in range(pynvml.nvmlDeviceGetCount()):
             h = pynvml.nvmlDeviceGetHandleByIndex(i)
             name = pynvml.nvmlDeviceGetName(h)
-            stats.append({
-                "index": i,
-                "name": name.decode() if isinstance(name, bytes) else str(name),
-                "memory_used_mib": pynvml.nvmlDeviceGetMemoryInfo(h).used / 2**20,
-                "utilization_pct": float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu),
-            })
+            stats.append(
+                {
+                    "index": i,
+                    "name": name.decode() if isinstance(name, bytes) else str(name),
+                    "memory_used_mib": pynvml.nvmlDeviceGetMemoryInfo(h).used / 2**20,
+                    "utilization_pct": float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu),
+                }
+            )
         return stats
     finally:
         pynvml.nvmlShutdown()
@@ -41,8 +43,10 @@ def cluster_gpu_stats() -> dict[str, list[dict[str, Any]]]:
     if not ray.is_initialized():
         return {"local": local_gpu_stats()}
     nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
-    refs = [_remote_stats.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote() for n in nodes]
-    return dict(zip(nodes, ray.get(refs, timeout=60)))
+    refs = [
+        _remote_stats.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote() for n in nodes
+    ]
+    return dict(zip(nodes, ray.get(refs, timeout=60), strict=True))
 
 
 class GpuMonitor:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping, TypedDict
+from typing import TypedDict
 
 from rich.console import Console
 

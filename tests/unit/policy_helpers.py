@@ -21,10 +21,16 @@ if TYPE_CHECKING:
 def policy_config(model_path: str, **overrides: object) -> dict:
     """A small PolicyConfig for tests."""
     cfg: dict = {
-        "model_name": model_path, "precision": "auto", "train_global_batch_size": 8,
-        "train_micro_batch_size": 4, "logprob_micro_batch_size": 4, "max_total_sequence_length": 64,
-        "max_grad_norm": 1.0, "optimizer": {"lr": 1e-3, "weight_decay": 0.0, "betas": [0.9, 0.999]},
-        "scheduler": {"warmup_steps": 0}, "megatron_cfg": {"enabled": False, "tensor_model_parallel_size": 1},
+        "model_name": model_path,
+        "precision": "auto",
+        "train_global_batch_size": 8,
+        "train_micro_batch_size": 4,
+        "logprob_micro_batch_size": 4,
+        "max_total_sequence_length": 64,
+        "max_grad_norm": 1.0,
+        "optimizer": {"lr": 1e-3, "weight_decay": 0.0, "betas": [0.9, 0.999]},
+        "scheduler": {"warmup_steps": 0},
+        "megatron_cfg": {"enabled": False, "tensor_model_parallel_size": 1},
     }
     cfg.update(overrides)
     return cfg

@@ -21,8 +21,9 @@ import random
 import shutil
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "test_assets"
 VOCAB_SIZE = 1024
@@ -37,10 +38,42 @@ CHAT_TEMPLATE = (
 MATH_PROMPT = "Compute {a} {op} {b}. Put the final answer in \\boxed{{}}."
 
 # Made-up facts so the SFT set is learnable from its own content, not from pretraining.
-COUNTRIES = ["Avalor", "Brindle", "Corvania", "Dunmore", "Elbrea", "Fallow", "Gorse", "Hestia",
-             "Ivel", "Jorund", "Kestra", "Lumen", "Morrow", "Norvik", "Ostra", "Pellam"]
-CAPITALS = ["Aster", "Brook", "Cinder", "Dale", "Ember", "Fen", "Glen", "Holt",
-            "Isle", "Jade", "Keel", "Loft", "Marsh", "Nook", "Orchard", "Pike"]
+COUNTRIES = [
+    "Avalor",
+    "Brindle",
+    "Corvania",
+    "Dunmore",
+    "Elbrea",
+    "Fallow",
+    "Gorse",
+    "Hestia",
+    "Ivel",
+    "Jorund",
+    "Kestra",
+    "Lumen",
+    "Morrow",
+    "Norvik",
+    "Ostra",
+    "Pellam",
+]
+CAPITALS = [
+    "Aster",
+    "Brook",
+    "Cinder",
+    "Dale",
+    "Ember",
+    "Fen",
+    "Glen",
+    "Holt",
+    "Isle",
+    "Jade",
+    "Keel",
+    "Loft",
+    "Marsh",
+    "Nook",
+    "Orchard",
+    "Pike",
+]
 COLORS = ["red", "green", "blue", "yellow", "purple", "orange", "black", "white"]
 ANIMALS = ["cat", "dog", "fox", "owl", "bee", "elk", "yak", "emu"]
 
@@ -92,9 +125,15 @@ def build_data(out: Path) -> None:
     _write_jsonl(out / "math_val.jsonl", _math_items(rng, 200))
     # The math problems as chat, for a short SFT warm-up before GRPO.
     for split, n in (("train", 2000), ("val", 200)):
-        rows = [{"messages": [{"role": "user", "content": m["problem"]},
-                              {"role": "assistant", "content": f"The answer is \\boxed{{{m['answer']}}}."}]}
-                for m in _math_items(rng, n)]
+        rows = [
+            {
+                "messages": [
+                    {"role": "user", "content": m["problem"]},
+                    {"role": "assistant", "content": f"The answer is \\boxed{{{m['answer']}}}."},
+                ]
+            }
+            for m in _math_items(rng, n)
+        ]
         _write_jsonl(out / f"math_sft_{split}.jsonl", rows)
 
 
@@ -108,21 +147,27 @@ def _corpus(data_dir: Path) -> Iterator[str]:
                 yield row["problem"]
     # Varied filler so BPE reaches the vocabulary size with ordinary English pieces.
     rng = random.Random(SEED + 1)
-    words = (COUNTRIES + CAPITALS + COLORS + ANIMALS + "the of and to in is it you that he was for on are "
-             "with as his they be at one have this from or had by word but what some we can out other "
-             "were all there when up use your how said an each she which do their time if will way "
-             "about many then them write would like so these her long make thing see him two has look "
-             "more day could go come did number sound no most people my over know water than call "
-             "first who may down side been now find any new work part take get place made live where "
-             "after back little only round man year came show every good me give our under name very "
-             "through just form sentence great think say help low line differ turn cause much mean "
-             "before move right boy old too same tell does set three want air well also play small "
-             "end put home read hand port large spell add even land here must big high such follow "
-             "act why ask men change went light kind off need house picture try us again animal point "
-             "mother world near build self earth father head stand own page should country found "
-             "answer school grow study still learn plant cover food sun four between state keep eye "
-             "never last let thought city tree cross farm hard start might story saw far sea draw "
-             "left late run while press close night real life few north compute final boxed put".split())
+    words = (
+        COUNTRIES
+        + CAPITALS
+        + COLORS
+        + ANIMALS
+        + "the of and to in is it you that he was for on are "
+        "with as his they be at one have this from or had by word but what some we can out other "
+        "were all there when up use your how said an each she which do their time if will way "
+        "about many then them write would like so these her long make thing see him two has look "
+        "more day could go come did number sound no most people my over know water than call "
+        "first who may down side been now find any new work part take get place made live where "
+        "after back little only round man year came show every good me give our under name very "
+        "through just form sentence great think say help low line differ turn cause much mean "
+        "before move right boy old too same tell does set three want air well also play small "
+        "end put home read hand port large spell add even land here must big high such follow "
+        "act why ask men change went light kind off need house picture try us again animal point "
+        "mother world near build self earth father head stand own page should country found "
+        "answer school grow study still learn plant cover food sun four between state keep eye "
+        "never last let thought city tree cross farm hard start might story saw far sea draw "
+        "left late run while press close night real life few north compute final boxed put".split()
+    )
     for _ in range(3000):
         yield " ".join(rng.choice(words) for _ in range(12)) + f" {rng.randint(0, 999)}."
 
@@ -133,19 +178,26 @@ def build_tokenizer(out: Path, data_dir: Path) -> None:
 
     tok = Tokenizer(models.BPE())
     # Digits split one by one so arithmetic answers are a single token per digit.
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False),
-    ])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB_SIZE, special_tokens=SPECIAL_TOKENS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+        vocab_size=VOCAB_SIZE,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
     )
     tok.train_from_iterator(_corpus(data_dir), trainer=trainer)
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token="<|pad|>", eos_token="<|im_end|>",
-        bos_token="<|endoftext|>", unk_token=None,
+        tokenizer_object=tok,
+        pad_token="<|pad|>",
+        eos_token="<|im_end|>",
+        bos_token="<|endoftext|>",
+        unk_token=None,
     )
     fast.chat_template = CHAT_TEMPLATE
     tmp = out.with_name(out.name + ".tmp")
@@ -159,9 +211,17 @@ def _tiny_config(family: str, vocab_size: int, pad_id: int, eos_id: int, bos_id:
     from transformers import LlamaConfig, Qwen2Config
 
     common: dict[str, Any] = dict(
-        vocab_size=vocab_size, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-        tie_word_embeddings=False, pad_token_id=pad_id, eos_token_id=eos_id, bos_token_id=bos_id,
+        vocab_size=vocab_size,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+        pad_token_id=pad_id,
+        eos_token_id=eos_id,
+        bos_token_id=bos_id,
     )
     return LlamaConfig(**common) if family == "llama" else Qwen2Config(**common)
 
@@ -172,8 +232,9 @@ def build_model(out: Path, family: str, tokenizer_dir: Path) -> None:
 
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     torch.manual_seed(SEED)
-    config = _tiny_config(family, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id,
-                          tokenizer.bos_token_id)
+    config = _tiny_config(
+        family, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id, tokenizer.bos_token_id
+    )
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -1,5 +1,5 @@
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -115,7 +115,11 @@ NAN = float("nan")
         (choice("auto") | number(ge=0), -1, "must be one of 'auto' or a finite number >= 0, got -1"),
         (pair(number(ge=0, lt=1)), [0.9, 0.99], None),
         (pair(number(ge=0, lt=1)), [0.9], "must be a list of two items, each a finite number >= 0 and < 1, got [0.9]"),
-        (pair(number(ge=0, lt=1)), [0.9, 1.5], "must be a list of two items, each a finite number >= 0 and < 1, got [0.9, 1.5]"),
+        (
+            pair(number(ge=0, lt=1)),
+            [0.9, 1.5],
+            "must be a list of two items, each a finite number >= 0 and < 1, got [0.9, 1.5]",
+        ),
     ],
 )
 def test_checks(check: Callable[[object], str | None], value: object, problem: str | None) -> None:

@@ -7,7 +7,8 @@ ends only when `all_done` says every rank has finished (an all-reduce in the wor
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -76,8 +77,9 @@ def generate(
         if all_done(bool(finished.all())) or step == cfg["max_new_tokens"] - 1:
             break
         attn = torch.cat([attn, torch.ones((batch, 1), dtype=attn.dtype, device=device)], dim=-1)
-        out = model(input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos[:, None],
-                    use_cache=True, **cache)
+        out = model(
+            input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos[:, None], use_cache=True, **cache
+        )
         logits = out.logits[:, -1]
         next_pos = next_pos + 1
     if tokens:

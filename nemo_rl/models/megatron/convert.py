@@ -83,7 +83,9 @@ def arch_from_hf_config(cfg: Any) -> ArchSpec:
         expected = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
         for key, value in expected.items():
             if float(rope.get(key, value)) != float(value):
-                raise ConversionError(f"llama3 rope scaling with {key}={rope.get(key)} is not supported (megatron-core assumes {value})")
+                raise ConversionError(
+                    f"llama3 rope scaling with {key}={rope.get(key)} is not supported (megatron-core assumes {value})"
+                )
         factor = float(rope["factor"])
     elif rope_type != "default":
         raise ConversionError(f"rope_type {rope_type!r} is not supported (supported: default, llama3)")
@@ -109,8 +111,11 @@ def check_tensor_parallel(arch: ArchSpec, tp: int) -> None:
     """Raise ConversionError when the model cannot be split `tp` ways."""
     if tp < 1:
         raise ConversionError(f"tensor_model_parallel_size must be >= 1, got {tp}")
-    for name, value in (("num_key_value_heads", arch.num_query_groups), ("vocab_size", arch.vocab_size),
-                        ("intermediate_size", arch.ffn_hidden_size)):
+    for name, value in (
+        ("num_key_value_heads", arch.num_query_groups),
+        ("vocab_size", arch.vocab_size),
+        ("intermediate_size", arch.ffn_hidden_size),
+    ):
         if value % tp:
             raise ConversionError(f"{name}={value} is not divisible by tensor_model_parallel_size={tp}")
 
@@ -138,10 +143,15 @@ def hf_to_mcore(arch: ArchSpec, hf: Mapping[str, Tensor]) -> dict[str, Tensor]:
         h, m = f"model.layers.{i}.", f"decoder.layers.{i}."
         out[m + "input_layernorm.weight"] = hf[h + "input_layernorm.weight"]
         out[m + "self_attention.linear_qkv.weight"] = _fuse_qkv(
-            arch, hf[h + "self_attn.q_proj.weight"], hf[h + "self_attn.k_proj.weight"], hf[h + "self_attn.v_proj.weight"])
+            arch,
+            hf[h + "self_attn.q_proj.weight"],
+            hf[h + "self_attn.k_proj.weight"],
+            hf[h + "self_attn.v_proj.weight"],
+        )
         if arch.qkv_bias:
             out[m + "self_attention.linear_qkv.bias"] = _fuse_qkv(
-                arch, hf[h + "self_attn.q_proj.bias"], hf[h + "self_attn.k_proj.bias"], hf[h + "self_attn.v_proj.bias"])
+                arch, hf[h + "self_attn.q_proj.bias"], hf[h + "self_attn.k_proj.bias"], hf[h + "self_attn.v_proj.bias"]
+            )
         out[m + "self_attention.linear_proj.weight"] = hf[h + "self_attn.o_proj.weight"]
         out[m + "pre_mlp_layernorm.weight"] = hf[h + "post_attention_layernorm.weight"]
         out[m + "mlp.linear_fc1.weight"] = torch.cat([hf[h + "mlp.gate_proj.weight"], hf[h + "mlp.up_proj.weight"]], 0)
@@ -159,10 +169,18 @@ def mcore_to_hf(arch: ArchSpec, mc: Mapping[str, Tensor]) -> dict[str, Tensor]:
         h, m = f"model.layers.{i}.", f"decoder.layers.{i}."
         out[h + "input_layernorm.weight"] = mc[m + "input_layernorm.weight"]
         q, k, v = _split_qkv(arch, mc[m + "self_attention.linear_qkv.weight"])
-        out[h + "self_attn.q_proj.weight"], out[h + "self_attn.k_proj.weight"], out[h + "self_attn.v_proj.weight"] = q, k, v
+        out[h + "self_attn.q_proj.weight"], out[h + "self_attn.k_proj.weight"], out[h + "self_attn.v_proj.weight"] = (
+            q,
+            k,
+            v,
+        )
         if arch.qkv_bias:
             q, k, v = _split_qkv(arch, mc[m + "self_attention.linear_qkv.bias"])
-            out[h + "self_attn.q_proj.bias"], out[h + "self_attn.k_proj.bias"], out[h + "self_attn.v_proj.bias"] = q, k, v
+            out[h + "self_attn.q_proj.bias"], out[h + "self_attn.k_proj.bias"], out[h + "self_attn.v_proj.bias"] = (
+                q,
+                k,
+                v,
+            )
         out[h + "self_attn.o_proj.weight"] = mc[m + "self_attention.linear_proj.weight"]
         out[h + "post_attention_layernorm.weight"] = mc[m + "pre_mlp_layernorm.weight"]
         gate, up = mc[m + "mlp.linear_fc1.weight"].chunk(2, dim=0)
@@ -179,8 +197,9 @@ def _split_dim(name: str) -> int | None:
     """Dim along which a megatron weight is split across TP ranks; None = replicated."""
     if name.endswith(("linear_proj.weight", "linear_fc2.weight")):
         return 1
-    if name.endswith(("word_embeddings.weight", "linear_qkv.weight", "linear_qkv.bias", "linear_fc1.weight",
-                      "output_layer.weight")):
+    if name.endswith(
+        ("word_embeddings.weight", "linear_qkv.weight", "linear_qkv.bias", "linear_fc1.weight", "output_layer.weight")
+    ):
         return 0
     return None
 
@@ -210,7 +229,7 @@ def unshard(shards: Sequence[Mapping[str, Tensor]]) -> dict[str, Tensor]:
         if dim is None or len(parts) == 1:
             out[name] = parts[0]
         elif name.endswith("linear_fc1.weight"):
-            gates, ups = zip(*(p.chunk(2, dim=0) for p in parts))
+            gates, ups = zip(*(p.chunk(2, dim=0) for p in parts), strict=True)
             out[name] = torch.cat([*gates, *ups], 0)
         else:
             out[name] = torch.cat(parts, dim)

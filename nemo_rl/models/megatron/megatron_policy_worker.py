@@ -125,7 +125,7 @@ class MegatronPolicyWorker(PolicyWorkerBase):
 
     def _own_rows(self, t: Tensor) -> Tensor:
         rows = t.shape[0] // self.tp
-        return t[self.tp_rank * rows:(self.tp_rank + 1) * rows]
+        return t[self.tp_rank * rows : (self.tp_rank + 1) * rows]
 
     def _global_sum(self, value: Tensor) -> Tensor:
         value = value.detach().to(self.device, torch.float32).clone()
@@ -168,10 +168,16 @@ class MegatronPolicyWorker(PolicyWorkerBase):
 
     # ---- API -----------------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
-        return {"rank": self.rank, "world_size": self.world_size, "device": str(self.device),
-                "dtype": str(self.dtype).removeprefix("torch."), "pid": os.getpid(),
-                "num_params": sum(p.numel() for p in self.model.parameters()),
-                "backend": "megatron", "tensor_model_parallel_size": self.tp}
+        return {
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "device": str(self.device),
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "pid": os.getpid(),
+            "num_params": sum(p.numel() for p in self.model.parameters()),
+            "backend": "megatron",
+            "tensor_model_parallel_size": self.tp,
+        }
 
     def generate(self, batch: Mapping[str, Tensor], cfg: GenerationConfig) -> GenerationOutput:
         raise NotImplementedError(
@@ -211,11 +217,22 @@ class MegatronPolicyWorker(PolicyWorkerBase):
         if self.rank == 0:
             out = Path(path)
             out.mkdir(parents=True, exist_ok=True)
-            groups = [{k: v for k, v in g.items() if k != "params"} for g in self.optimizer.state_dict()["param_groups"]]
+            groups = [
+                {k: v for k, v in g.items() if k != "params"} for g in self.optimizer.state_dict()["param_groups"]
+            ]
             adam_steps = [float(s["step"]) for s in self.optimizer.state.values() if "step" in s]
-            torch.save({"format": "nemo_rl.megatron.v1", "model": weights, "moments": moments,
-                        "adam_step": adam_steps[0] if adam_steps else 0.0, "param_groups": groups,
-                        "scheduler": self.scheduler.state_dict(), "step": self.step}, out / "policy.pt.tmp")
+            torch.save(
+                {
+                    "format": "nemo_rl.megatron.v1",
+                    "model": weights,
+                    "moments": moments,
+                    "adam_step": adam_steps[0] if adam_steps else 0.0,
+                    "param_groups": groups,
+                    "scheduler": self.scheduler.state_dict(),
+                    "step": self.step,
+                },
+                out / "policy.pt.tmp",
+            )
             os.replace(out / "policy.pt.tmp", out / "policy.pt")
             if save_hf:
                 from safetensors.torch import save_file
@@ -224,7 +241,9 @@ class MegatronPolicyWorker(PolicyWorkerBase):
                 hf.mkdir(exist_ok=True)
                 self.hf_config.save_pretrained(hf)
                 self.tokenizer.save_pretrained(hf)
-                save_file(convert.mcore_to_hf(self.arch, weights), hf / "model.safetensors.tmp", metadata={"format": "pt"})
+                save_file(
+                    convert.mcore_to_hf(self.arch, weights), hf / "model.safetensors.tmp", metadata={"format": "pt"}
+                )
                 os.replace(hf / "model.safetensors.tmp", hf / "model.safetensors")
         dist.barrier()
 
@@ -241,8 +260,14 @@ class MegatronPolicyWorker(PolicyWorkerBase):
         names = [n for n, _ in self.model.named_parameters()]
         opt_state: dict[int, dict[str, Any]] = {}
         if state["adam_step"] > 0:
-            opt_state = {i: {"step": torch.tensor(state["adam_step"]), "exp_avg": moments["exp_avg"][n],
-                             "exp_avg_sq": moments["exp_avg_sq"][n]} for i, n in enumerate(names)}
+            opt_state = {
+                i: {
+                    "step": torch.tensor(state["adam_step"]),
+                    "exp_avg": moments["exp_avg"][n],
+                    "exp_avg_sq": moments["exp_avg_sq"][n],
+                }
+                for i, n in enumerate(names)
+            }
         groups = [dict(g, params=list(range(len(names)))) for g in state["param_groups"]]
         self.optimizer.load_state_dict({"state": opt_state, "param_groups": groups})
         self.scheduler.load_state_dict(state["scheduler"])

@@ -75,8 +75,10 @@ def load_weights(model: Any, weights: dict[str, Tensor]) -> None:
     own = {k for k in model.state_dict() if not k.endswith("_extra_state")}
     missing, unexpected = own - weights.keys(), weights.keys() - own
     if missing or unexpected:
-        raise ValueError(f"megatron weights do not match the model: missing {sorted(missing)[:3]}, "
-                         f"unexpected {sorted(unexpected)[:3]}")
+        raise ValueError(
+            f"megatron weights do not match the model: missing {sorted(missing)[:3]}, "
+            f"unexpected {sorted(unexpected)[:3]}"
+        )
     model.load_state_dict(weights, strict=False)
 
 

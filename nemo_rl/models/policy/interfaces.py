@@ -6,7 +6,8 @@ never imports algorithms/).
 
 from __future__ import annotations
 
-from typing import Mapping, Protocol, TypedDict
+from collections.abc import Mapping
+from typing import Protocol, TypedDict
 
 from torch import Tensor
 

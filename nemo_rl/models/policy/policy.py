@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -24,7 +25,7 @@ def shard_batch(batch: Mapping[str, Tensor], parts: int) -> list[dict[str, Tenso
     if n % parts:
         raise ValueError(f"batch of {n} rows cannot be split evenly over {parts} workers")
     size = n // parts
-    return [{k: v[i * size:(i + 1) * size] for k, v in batch.items()} for i in range(parts)]
+    return [{k: v[i * size : (i + 1) * size] for k, v in batch.items()} for i in range(parts)]
 
 
 class Policy:
@@ -50,8 +51,9 @@ class Policy:
         return dict(results[0])
 
     def get_logprobs(self, batch: Mapping[str, Tensor], reference: bool = False) -> Tensor:
-        parts = self.group.run_sharded("get_logprobs", [(s,) for s in shard_batch(batch, self.world_size)],
-                                       reference=reference)
+        parts = self.group.run_sharded(
+            "get_logprobs", [(s,) for s in shard_batch(batch, self.world_size)], reference=reference
+        )
         return torch.cat(parts)
 
     def generate(self, batch: Mapping[str, Tensor], cfg: GenerationConfig) -> GenerationOutput:

@@ -9,7 +9,9 @@ def test_group_advantages_on_hand_made_groups() -> None:
     adv = group_advantages(rewards, group_size=4, normalize=False)
     assert torch.allclose(adv, torch.tensor([0.5, -0.5, -0.5, 0.5, 0.375, 0.375, -0.625, -0.125]))
     norm = group_advantages(rewards, group_size=4, normalize=True)
-    assert torch.allclose(norm[:4], torch.tensor([0.5, -0.5, -0.5, 0.5]) / torch.tensor([1.0, 0, 0, 1]).std(), atol=1e-4)
+    assert torch.allclose(
+        norm[:4], torch.tensor([0.5, -0.5, -0.5, 0.5]) / torch.tensor([1.0, 0, 0, 1]).std(), atol=1e-4
+    )
     # A group where every answer scores the same carries no signal.
     assert torch.equal(group_advantages(torch.ones(4), 4, normalize=True), torch.zeros(4))
 
@@ -24,16 +26,34 @@ def test_group_advantages_reject_ragged_groups() -> None:
 
 
 def test_one_grpo_step_through_ray(ray_cluster, tiny_llama: str, tmp_path, tracker) -> None:
-    cfg = load_config(default_config_path(), [
-        f"policy.model_name={tiny_llama}", "grpo.max_num_steps=2", "grpo.num_prompts_per_step=2",
-        "grpo.num_generations_per_prompt=4", "grpo.val_period=2", "grpo.val_num_prompts=4",
-        "policy.generation.max_new_tokens=6", f"checkpointing.checkpoint_dir={tmp_path / 'ck'}",
-        "checkpointing.save_period=2", f"logger.log_dir={tmp_path / 'logs'}", "logger.monitor_gpus=false",
-    ])
+    cfg = load_config(
+        default_config_path(),
+        [
+            f"policy.model_name={tiny_llama}",
+            "grpo.max_num_steps=2",
+            "grpo.num_prompts_per_step=2",
+            "grpo.num_generations_per_prompt=4",
+            "grpo.val_period=2",
+            "grpo.val_num_prompts=4",
+            "policy.generation.max_new_tokens=6",
+            f"checkpointing.checkpoint_dir={tmp_path / 'ck'}",
+            "checkpointing.save_period=2",
+            f"logger.log_dir={tmp_path / 'logs'}",
+            "logger.monitor_gpus=false",
+        ],
+    )
     metrics = grpo_train(cfg)  # type: ignore[arg-type]
     tracker.track("train_reward", metrics["train/reward"])
-    for key in ("train/loss", "train/reward", "train/accuracy", "train/kl", "train/mean_gen_tokens",
-                "train/grad_norm", "timing/generation_s", "val/accuracy"):
+    for key in (
+        "train/loss",
+        "train/reward",
+        "train/accuracy",
+        "train/kl",
+        "train/mean_gen_tokens",
+        "train/grad_norm",
+        "timing/generation_s",
+        "val/accuracy",
+    ):
         assert key in metrics and torch.isfinite(torch.tensor(metrics[key])), key
     assert 0 < metrics["train/mean_gen_tokens"] <= 6
     assert (tmp_path / "ck" / "step_2" / "policy" / "hf" / "model.safetensors").is_file()

@@ -25,13 +25,20 @@ def _scalars(log_dir: Path, tag: str) -> list[float]:
     return [e.value for e in acc.Scalars(tag)]
 
 
-def test_sft_example_loss_falls_and_resumes(ray_cluster, tiny_llama: str, test_assets: Path, tmp_path: Path, tracker) -> None:
+def test_sft_example_loss_falls_and_resumes(
+    ray_cluster, tiny_llama: str, test_assets: Path, tmp_path: Path, tracker
+) -> None:
     run_sft = _run_sft_module()
-    args = [f"policy.model_name={tiny_llama}", "sft.max_num_steps=12", "sft.val_period=6",
-            f"data.train_path={test_assets / 'data' / 'sft_train.jsonl'}",
-            f"data.val_path={test_assets / 'data' / 'sft_val.jsonl'}",
-            f"checkpointing.checkpoint_dir={tmp_path / 'ck'}", "checkpointing.save_period=6",
-            f"logger.log_dir={tmp_path / 'logs'}"]
+    args = [
+        f"policy.model_name={tiny_llama}",
+        "sft.max_num_steps=12",
+        "sft.val_period=6",
+        f"data.train_path={test_assets / 'data' / 'sft_train.jsonl'}",
+        f"data.val_path={test_assets / 'data' / 'sft_val.jsonl'}",
+        f"checkpointing.checkpoint_dir={tmp_path / 'ck'}",
+        "checkpointing.save_period=6",
+        f"logger.log_dir={tmp_path / 'logs'}",
+    ]
     assert run_sft.main(args) == 0
     losses = _scalars(tmp_path / "logs", "train/loss")
     tracker.track("first_loss", losses[0])

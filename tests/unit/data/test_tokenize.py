@@ -15,7 +15,7 @@ def test_only_assistant_tokens_are_masked_in(tiny_llama: str) -> None:
     ]
     ids, mask = tokenize_conversation(tok, conv, max_length=512)
     assert len(ids) == len(mask)
-    learned = tok.decode([t for t, m in zip(ids, mask) if m])
+    learned = tok.decode([t for t, m in zip(ids, mask, strict=True) if m])
     assert "The capital of Avalor is Aster." in learned and "Welcome." in learned
     assert "Avalor?" not in learned and "Be brief" not in learned and "assistant" not in learned
     # The prompt for generation is exactly the masked-out prefix of the first answer.

@@ -76,7 +76,9 @@ def test_a_late_worker_is_named_and_does_not_outlive_its_group(ray_cluster, monk
     monkeypatch.setenv(WAIT_TIMEOUT_ENV, "3")
     cluster = RayVirtualCluster(1, cpus_per_worker=0.5)
     try:
-        with pytest.raises(RayWaitTimeout, match=r"SlowWorker rank 0 of 1 did not become ready within 3 s.*NRL_RAY_WAIT_TIMEOUT_S"):
+        with pytest.raises(
+            RayWaitTimeout, match=r"SlowWorker rank 0 of 1 did not become ready within 3 s.*NRL_RAY_WAIT_TIMEOUT_S"
+        ):
             RayWorkerGroup(cluster, SlowWorker, seconds=600)
     finally:
         cluster.shutdown()

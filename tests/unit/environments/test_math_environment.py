@@ -23,9 +23,17 @@ def test_extract_answer(text: str, expected: str | None) -> None:
 @pytest.mark.parametrize(
     "pred, ref, ok",
     [
-        ("7", "7", True), ("7.0", "7", True), ("1,000", "1000", True), ("-3", "3", False),
-        ("\\frac{1}{2}", "0.5", True), ("x^2+2x+1", "(x+1)^2", True), ("\\sqrt{4}", "2", True),
-        ("2", "3", False), ("}{", "1", False), ("\\frac{", "1", False), ("9" * 300, "9", False),
+        ("7", "7", True),
+        ("7.0", "7", True),
+        ("1,000", "1000", True),
+        ("-3", "3", False),
+        ("\\frac{1}{2}", "0.5", True),
+        ("x^2+2x+1", "(x+1)^2", True),
+        ("\\sqrt{4}", "2", True),
+        ("2", "3", False),
+        ("}{", "1", False),
+        ("\\frac{", "1", False),
+        ("9" * 300, "9", False),
     ],
 )
 def test_answers_match_numerically_and_symbolically(pred: str, ref: str, ok: bool) -> None:

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from testharness import checks
-from testharness.checks import cli as checks_cli
 from testharness.checks import (
     CheckResult,
     evaluate_check,
@@ -22,6 +22,7 @@ from testharness.checks import (
     min,
     ratio_above,
 )
+from testharness.checks import cli as checks_cli
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 ENTRY = REPO_ROOT / "tests" / "check_metrics.py"
@@ -121,9 +122,7 @@ def test_ignore_top_p_is_validated(p: float) -> None:
 
 
 def test_empty_range_raises_a_clear_error() -> None:
-    with pytest.raises(
-        ValueError, match=r"no step k with 10 <= k < 6 \(series has steps 1..5\)"
-    ):
+    with pytest.raises(ValueError, match=r"no step k with 10 <= k < 6 \(series has steps 1..5\)"):
         mean(DATA["train/loss"], 10)
 
 
@@ -382,9 +381,7 @@ def test_at_least_thirty_hostile_expressions() -> None:
     assert len(HOSTILE) >= 30
 
 
-@pytest.mark.parametrize(
-    ("check", "reason"), HOSTILE, ids=[str(i) for i in range(len(HOSTILE))]
-)
+@pytest.mark.parametrize(("check", "reason"), HOSTILE, ids=[str(i) for i in range(len(HOSTILE))])
 def test_hostile_expressions_are_refused(check: str, reason: str) -> None:
     result = evaluate_check(DATA, check)
     assert result.passed is False
@@ -414,9 +411,7 @@ def test_evaluator_never_calls_eval_exec_or_compile_to_code(
         calls.append("eval/exec")
         raise AssertionError("eval/exec called")
 
-    def ast_only_compile(
-        source: Any, filename: Any, mode: str, flags: int = 0, *a: Any, **k: Any
-    ) -> Any:
+    def ast_only_compile(source: Any, filename: Any, mode: str, flags: int = 0, *a: Any, **k: Any) -> Any:
         # ast.parse is compile(..., PyCF_ONLY_AST): a tree, never code. Anything else is refused.
         if not flags & ast.PyCF_ONLY_AST:
             calls.append("compile")
@@ -465,9 +460,7 @@ def metrics_file(tmp_path: Path) -> Path:
 
 
 def test_cli_all_pass_prints_the_table(metrics_file: Path) -> None:
-    proc = run_cli(
-        str(metrics_file), 'data["train/loss"]["1"] < 1500', "--table-width", "120"
-    )
+    proc = run_cli(str(metrics_file), 'data["train/loss"]["1"] < 1500', "--table-width", "120")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "Metric Checks" in out
@@ -478,9 +471,7 @@ def test_cli_all_pass_prints_the_table(metrics_file: Path) -> None:
     assert "PASS" in out and "FAIL" not in out
 
 
-def test_cli_one_failure_exits_1_and_writes_json(
-    metrics_file: Path, tmp_path: Path
-) -> None:
+def test_cli_one_failure_exits_1_and_writes_json(metrics_file: Path, tmp_path: Path) -> None:
     out_json = tmp_path / "out" / "checks.json"
     proc = run_cli(
         str(metrics_file),
@@ -507,9 +498,7 @@ def test_cli_one_failure_exits_1_and_writes_json(
 
 
 def test_cli_table_width_is_honoured(metrics_file: Path) -> None:
-    proc = run_cli(
-        str(metrics_file), 'data["train/loss"]["1"] < 1500', "--table-width", "40"
-    )
+    proc = run_cli(str(metrics_file), 'data["train/loss"]["1"] < 1500', "--table-width", "40")
     assert proc.returncode == 0
     assert all(len(line) <= 40 for line in proc.stdout.splitlines())
 
@@ -522,9 +511,7 @@ def test_cli_table_width_is_honoured(metrics_file: Path) -> None:
         ("[1, 2]", "must hold a JSON object"),
     ],
 )
-def test_cli_bad_metrics_file_exits_2_with_one_line(
-    tmp_path: Path, content: str | None, needle: str
-) -> None:
+def test_cli_bad_metrics_file_exits_2_with_one_line(tmp_path: Path, content: str | None, needle: str) -> None:
     path = tmp_path / "metrics.json"
     if content is not None:
         path.write_text(content)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from testharness import __main__ as cli
 from testharness import unit_runner
 
@@ -71,7 +72,9 @@ def test_check_metrics_is_the_same_command_as_the_entry_point(tmp_path: Path) ->
 
 def test_check_metrics_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["check-metrics", str(tmp_path / "missing.json"), "1 < 2"]) == 2
-    assert capsys.readouterr().err.strip().splitlines() == [f"error: metrics file not found: {tmp_path / 'missing.json'}"]
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: metrics file not found: {tmp_path / 'missing.json'}"
+    ]
 
 
 def test_tb_dump_without_event_files_exits_1_and_writes_nothing(

@@ -79,9 +79,16 @@ def fake_repo(tmp_path: Path) -> Path:
     repo = tmp_path / "repo"
     (repo / "tests" / "functional").mkdir(parents=True)
     (repo / "docker").mkdir()
-    for rel in ["tests/run_unit_in_docker.sh", "tests/run_functional_in_docker.sh",
-                "docker/run_lib.sh", "docker/build.sh", "docker/Dockerfile", "docker/entrypoint.sh",
-                "pyproject.toml", "uv.lock"]:
+    for rel in [
+        "tests/run_unit_in_docker.sh",
+        "tests/run_functional_in_docker.sh",
+        "docker/run_lib.sh",
+        "docker/build.sh",
+        "docker/Dockerfile",
+        "docker/entrypoint.sh",
+        "pyproject.toml",
+        "uv.lock",
+    ]:
         shutil.copy(REPO / rel, repo / rel)
     (repo / "tools" / "py").mkdir(parents=True)
     shutil.copy(REPO / "tools/py/pyproject.toml", repo / "tools/py/pyproject.toml")
@@ -105,8 +112,7 @@ class Fakes:
             self.path = str(self.bin)
         else:
             self.path = f"{self.bin}:{os.environ['PATH']}"
-        self.env: dict[str, str] = {"PATH": self.path, "FAKE_DOCKER_LOG": str(self.log),
-                                    "HOME": str(tmp_path)}
+        self.env: dict[str, str] = {"PATH": self.path, "FAKE_DOCKER_LOG": str(self.log), "HOME": str(tmp_path)}
 
     def gpus(self, listing: str | None) -> None:
         """A fake nvidia-smi: `-L` prints listing (None: fails like a driverless host)."""
@@ -133,10 +139,12 @@ def fakes(tmp_path: Path) -> Fakes:
     return f
 
 
-def _run(repo: Path, script: str, args: list[str], env: dict[str, str],
-         stdin: Any = subprocess.DEVNULL) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([BASH, str(repo / script), *args], env=env, cwd=repo, stdin=stdin,
-                          capture_output=True, text=True, timeout=60)
+def _run(
+    repo: Path, script: str, args: list[str], env: dict[str, str], stdin: Any = subprocess.DEVNULL
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [BASH, str(repo / script), *args], env=env, cwd=repo, stdin=stdin, capture_output=True, text=True, timeout=60
+    )
 
 
 def _pairs(argv: list[str], flag: str) -> list[str]:
@@ -168,8 +176,16 @@ def test_unit_runs_run_unit_sh_in_the_mounted_repo(fake_repo: Path, fakes: Fakes
     argv = fakes.run_call()
     image_at = argv.index("img:1")
     # Everything after the image is the command, arguments intact (one with a space).
-    assert argv[image_at + 1:] == ["bash", "docker/entrypoint.sh", "--prepare-assets",
-                                   "bash", "tests/run_unit.sh", "-k", "a b", "--hf-gated"]
+    assert argv[image_at + 1 :] == [
+        "bash",
+        "docker/entrypoint.sh",
+        "--prepare-assets",
+        "bash",
+        "tests/run_unit.sh",
+        "-k",
+        "a b",
+        "--hf-gated",
+    ]
     opts = argv[:image_at]
     assert "--rm" in opts
     assert f"{fake_repo}:/workspace" in _pairs(opts, "-v")
@@ -207,17 +223,17 @@ def test_no_hf_arguments_when_unset(fake_repo: Path, fakes: Fakes) -> None:
 @pytest.mark.parametrize(
     "listing, runtimes, cdi, expected",
     [
-        (None, '{"nvidia":{"path":"nvidia-container-runtime"}}', "", []),          # no GPUs
-        ("GPU 0: NVIDIA H200 (UUID: GPU-1)", '{"runc":{}}', "", []),               # no runtime
+        (None, '{"nvidia":{"path":"nvidia-container-runtime"}}', "", []),  # no GPUs
+        ("GPU 0: NVIDIA H200 (UUID: GPU-1)", '{"runc":{}}', "", []),  # no runtime
         ("GPU 0: NVIDIA H200 (UUID: GPU-1)", '{"nvidia":{"path":"x"},"runc":{}}', "", ["--gpus", "all"]),
         ("No devices were found", '{"nvidia":{"path":"x"}}', "", []),
         ("GPU 0: NVIDIA H200 (UUID: GPU-1)", '{"runc":{}}', "CDI", ["--device", "nvidia.com/gpu=all"]),
     ],
     ids=["no-gpu", "gpu-no-runtime", "gpu-nvidia-runtime", "smi-no-devices", "gpu-cdi"],
 )
-def test_gpus_only_with_gpus_and_runtime_support(fake_repo: Path, fakes: Fakes, tmp_path: Path,
-                                                 listing: str | None, runtimes: str, cdi: str,
-                                                 expected: list[str]) -> None:
+def test_gpus_only_with_gpus_and_runtime_support(
+    fake_repo: Path, fakes: Fakes, tmp_path: Path, listing: str | None, runtimes: str, cdi: str, expected: list[str]
+) -> None:
     fakes.gpus(listing)
     env = {**fakes.env, "CONTAINER": "img:1", "FAKE_DOCKER_RUNTIMES": runtimes}
     if cdi:
@@ -228,8 +244,9 @@ def test_gpus_only_with_gpus_and_runtime_support(fake_repo: Path, fakes: Fakes, 
     res = _run(fake_repo, "tests/run_unit_in_docker.sh", [], env)
     assert res.returncode == 0, res.stderr
     argv = fakes.run_call()
-    got = [a for i, a in enumerate(argv) if a in ("--gpus", "--device")
-           or (i and argv[i - 1] in ("--gpus", "--device"))]
+    got = [
+        a for i, a in enumerate(argv) if a in ("--gpus", "--device") or (i and argv[i - 1] in ("--gpus", "--device"))
+    ]
     assert got == expected
     if listing and listing.startswith("GPU") and not expected:
         assert "running without GPUs" in res.stderr
@@ -264,7 +281,7 @@ def test_docker_run_args_are_added_before_the_image(fake_repo: Path, fakes: Fake
     assert _run(fake_repo, "tests/run_unit_in_docker.sh", [], env).returncode == 0
     argv = fakes.run_call()
     image_at = argv.index("img:1")
-    assert argv[image_at - 4:image_at] == ["--network", "host", "-v", "/data:/data"]
+    assert argv[image_at - 4 : image_at] == ["--network", "host", "-v", "/data:/data"]
 
 
 # ---------------------------------------------------------- run_functional_in_docker.sh
@@ -276,15 +293,24 @@ def test_functional_runs_the_named_script(fake_repo: Path, fakes: Fakes, arg: st
     res = _run(fake_repo, "tests/run_functional_in_docker.sh", [arg, "sft.max_num_steps=3"], env)
     assert res.returncode == 0, res.stderr
     argv = fakes.run_call()
-    assert argv[argv.index("img:1") + 1:] == ["bash", "docker/entrypoint.sh", "--prepare-assets",
-                                              "bash", "tests/functional/sft.sh", "sft.max_num_steps=3"]
+    assert argv[argv.index("img:1") + 1 :] == [
+        "bash",
+        "docker/entrypoint.sh",
+        "--prepare-assets",
+        "bash",
+        "tests/functional/sft.sh",
+        "sft.max_num_steps=3",
+    ]
 
 
-@pytest.mark.parametrize("args, message", [
-    ([], "Usage: CONTAINER=<image> bash tests/run_functional_in_docker.sh"),
-    (["functional/nope.sh"], "no such test script: tests/functional/nope.sh"),
-    (["../../etc/passwd"], "no such test script"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ([], "Usage: CONTAINER=<image> bash tests/run_functional_in_docker.sh"),
+        (["functional/nope.sh"], "no such test script: tests/functional/nope.sh"),
+        (["../../etc/passwd"], "no such test script"),
+    ],
+)
 def test_functional_bad_arguments_exit_2(fake_repo: Path, fakes: Fakes, args: list[str], message: str) -> None:
     res = _run(fake_repo, "tests/run_functional_in_docker.sh", args, {**fakes.env, "CONTAINER": "i"})
     assert res.returncode == 2
@@ -323,19 +349,29 @@ Components: main
 def build_env(tmp_path: Path, fake_repo: Path) -> tuple[Fakes, dict[str, str], Path]:
     f = Fakes(tmp_path, minimal_path=False)
     # Pretend to be root and to have debootstrap; the fake makes a tiny "root fs".
-    _write_exe(f.bin / "id", f"#!{BASH}\n[ \"$1\" = -u ] && echo 0 || exec /usr/bin/id \"$@\"\n")
-    _write_exe(f.bin / "debootstrap",
-               f"#!{BASH}\nprintf '%s\\n' \"$@\" > {tmp_path}/debootstrap.args\n"
-               "mkdir -p \"$3/etc/apt/sources.list.d\" \"$3/var/lib/apt/lists\"\n"
-               "echo 'deb old' > \"$3/etc/apt/sources.list\"\n")
+    _write_exe(f.bin / "id", f'#!{BASH}\n[ "$1" = -u ] && echo 0 || exec /usr/bin/id "$@"\n')
+    _write_exe(
+        f.bin / "debootstrap",
+        f"#!{BASH}\nprintf '%s\\n' \"$@\" > {tmp_path}/debootstrap.args\n"
+        'mkdir -p "$3/etc/apt/sources.list.d" "$3/var/lib/apt/lists"\n'
+        "echo 'deb old' > \"$3/etc/apt/sources.list\"\n",
+    )
     apt = tmp_path / "apt"
     (apt / "sources.list.d").mkdir(parents=True)
     ca = tmp_path / "ca.crt"
     ca.write_text("-----BEGIN CERTIFICATE-----\nfake\n-----END CERTIFICATE-----\n")
-    env = {**f.env, "NRL_APT_ETC": str(apt), "CA_BUNDLE": str(ca), "UV_VERSION": "0.9.9",
-           "TMPDIR": str(tmp_path)}
-    for v in ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
-              "DEBIAN_MIRROR", "BASE_IMAGE", "DOCKER_BUILDER"):
+    env = {**f.env, "NRL_APT_ETC": str(apt), "CA_BUNDLE": str(ca), "UV_VERSION": "0.9.9", "TMPDIR": str(tmp_path)}
+    for v in (
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "NO_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "no_proxy",
+        "DEBIAN_MIRROR",
+        "BASE_IMAGE",
+        "DOCKER_BUILDER",
+    ):
         env.pop(v, None)
     return f, env, apt
 
@@ -346,8 +382,9 @@ def _build_call(f: Fakes) -> dict[str, Any]:
     return builds[0]
 
 
-def test_build_uses_the_base_when_it_can_be_pulled(fake_repo: Path, build_env: tuple[Fakes, dict[str, str], Path],
-                                                   tmp_path: Path) -> None:
+def test_build_uses_the_base_when_it_can_be_pulled(
+    fake_repo: Path, build_env: tuple[Fakes, dict[str, str], Path], tmp_path: Path
+) -> None:
     f, env, _ = build_env
     env.update(FAKE_DOCKER_PULL_OK="1", HTTPS_PROXY="http://proxy:3128")
     res = _run(fake_repo, "docker/build.sh", ["--mcore"], env)
@@ -366,7 +403,8 @@ def test_build_uses_the_base_when_it_can_be_pulled(fake_repo: Path, build_env: t
 
 
 def test_build_without_registry_debootstraps_from_the_apt_mirror(
-        fake_repo: Path, build_env: tuple[Fakes, dict[str, str], Path], tmp_path: Path) -> None:
+    fake_repo: Path, build_env: tuple[Fakes, dict[str, str], Path], tmp_path: Path
+) -> None:
     f, env, apt = build_env
     (apt / "sources.list.d" / "debian.sources").write_text(DEB822)
     (apt / "sources.list.d" / "other.list").write_text("deb https://packages.example/apt cloud-sdk main\n")
@@ -379,6 +417,7 @@ def test_build_without_registry_debootstraps_from_the_apt_mirror(
     assert imports and imports[0][-1] == "nemo-rl-base:debian-bookworm"
     # The imported root fs carries the same mirror (and its security suite) for apt.
     import tarfile
+
     with tarfile.open(str(f.log) + ".import.tar") as tar:
         member = tar.extractfile("./etc/apt/sources.list.d/debian.sources")
         assert member is not None
@@ -391,19 +430,23 @@ def test_build_without_registry_debootstraps_from_the_apt_mirror(
 
 
 def test_build_reads_one_line_sources_and_skips_disabled_entries(
-        fake_repo: Path, build_env: tuple[Fakes, dict[str, str], Path], tmp_path: Path) -> None:
+    fake_repo: Path, build_env: tuple[Fakes, dict[str, str], Path], tmp_path: Path
+) -> None:
     f, env, apt = build_env
     (apt / "sources.list.d" / "a-disabled.sources").write_text(
-        "Types: deb\nURIs: http://disabled.example/debian\nSuites: bookworm\nEnabled: no\n")
+        "Types: deb\nURIs: http://disabled.example/debian\nSuites: bookworm\nEnabled: no\n"
+    )
     (apt / "sources.list").write_text(
         "# comment\ndeb-src http://src.example/debian bookworm main\n"
-        "deb [arch=amd64 signed-by=/k.gpg] http://line.example/debian/ bookworm main # tail\n")
+        "deb [arch=amd64 signed-by=/k.gpg] http://line.example/debian/ bookworm main # tail\n"
+    )
     assert _run(fake_repo, "docker/build.sh", [], env).returncode == 0
     assert (tmp_path / "debootstrap.args").read_text().split()[3] == "http://line.example/debian"
 
 
 def test_build_without_a_debian_mirror_says_how_to_set_one(
-        fake_repo: Path, build_env: tuple[Fakes, dict[str, str], Path], tmp_path: Path) -> None:
+    fake_repo: Path, build_env: tuple[Fakes, dict[str, str], Path], tmp_path: Path
+) -> None:
     f, env, apt = build_env
     (apt / "sources.list").write_text("deb http://archive.ubuntu.com/ubuntu jammy main\n")
     res = _run(fake_repo, "docker/build.sh", [], env)
@@ -414,8 +457,9 @@ def test_build_without_a_debian_mirror_says_how_to_set_one(
     assert (tmp_path / "debootstrap.args").read_text().split()[3] == "http://override.example/debian"
 
 
-def test_build_reuses_an_existing_local_base(fake_repo: Path, build_env: tuple[Fakes, dict[str, str], Path],
-                                             tmp_path: Path) -> None:
+def test_build_reuses_an_existing_local_base(
+    fake_repo: Path, build_env: tuple[Fakes, dict[str, str], Path], tmp_path: Path
+) -> None:
     f, env, _ = build_env
     env["FAKE_DOCKER_IMAGES"] = "nemo-rl-base:debian-bookworm"
     assert _run(fake_repo, "docker/build.sh", [], env).returncode == 0
@@ -423,18 +467,27 @@ def test_build_reuses_an_existing_local_base(fake_repo: Path, build_env: tuple[F
     assert "BASE_IMAGE=nemo-rl-base:debian-bookworm" in _pairs(_build_call(f)["argv"], "--build-arg")
 
 
-@pytest.mark.parametrize("fake, expect_cmd, expect_mounts", [
-    ({"FAKE_DOCKER_BUILDX": "1"}, ["buildx", "build", "--load"], True),
-    ({"FAKE_DOCKER_BUILDKIT": "1"}, ["build"], True),
-    ({}, ["build"], False),
-], ids=["buildx", "buildkit", "legacy"])
-def test_build_picks_the_best_builder(fake_repo: Path, build_env: tuple[Fakes, dict[str, str], Path],
-                                      fake: dict[str, str], expect_cmd: list[str], expect_mounts: bool) -> None:
+@pytest.mark.parametrize(
+    "fake, expect_cmd, expect_mounts",
+    [
+        ({"FAKE_DOCKER_BUILDX": "1"}, ["buildx", "build", "--load"], True),
+        ({"FAKE_DOCKER_BUILDKIT": "1"}, ["build"], True),
+        ({}, ["build"], False),
+    ],
+    ids=["buildx", "buildkit", "legacy"],
+)
+def test_build_picks_the_best_builder(
+    fake_repo: Path,
+    build_env: tuple[Fakes, dict[str, str], Path],
+    fake: dict[str, str],
+    expect_cmd: list[str],
+    expect_mounts: bool,
+) -> None:
     f, env, _ = build_env
     env.update(fake, FAKE_DOCKER_PULL_OK="1")
     assert _run(fake_repo, "docker/build.sh", [], env).returncode == 0
     call = _build_call(f)
-    assert call["argv"][:len(expect_cmd)] == expect_cmd
+    assert call["argv"][: len(expect_cmd)] == expect_cmd
     dockerfile = (f.log.parent / (f.log.name + ".Dockerfile")).read_text()
     assert ("--mount=type=cache" in dockerfile) is expect_mounts
     assert "uv sync --frozen --group test" in dockerfile  # the legacy rewrite keeps the command
@@ -452,8 +505,9 @@ def test_build_rejects_unknown_arguments(fake_repo: Path, build_env: tuple[Fakes
 
 def _entry(ws: Path, args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
     full = {"PATH": os.environ["PATH"], "NRL_WORKSPACE": str(ws), "NRL_LOCK_SHA_FILE": str(ws / "none"), **env}
-    return subprocess.run([BASH, str(REPO / "docker/entrypoint.sh"), *args], env=full, cwd=ws,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [BASH, str(REPO / "docker/entrypoint.sh"), *args], env=full, cwd=ws, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_entrypoint_forwards_the_exit_code(tmp_path: Path) -> None:
@@ -466,7 +520,7 @@ def test_entrypoint_prepares_assets_first_and_stops_if_that_fails(tmp_path: Path
     (tmp_path / "tests/unit/prepare_unit_test_assets.py").write_text("")
     fake_bin = tmp_path / "bin"
     fake_bin.mkdir()
-    _write_exe(fake_bin / "python", f"#!{BASH}\necho \"$@\" >> {tmp_path}/python.log\nexit ${{FAKE_RC:-0}}\n")
+    _write_exe(fake_bin / "python", f'#!{BASH}\necho "$@" >> {tmp_path}/python.log\nexit ${{FAKE_RC:-0}}\n')
     path = f"{fake_bin}:{os.environ['PATH']}"
     res = _entry(tmp_path, ["--prepare-assets", "bash", "-c", "echo ran > ran.txt"], PATH=path)
     assert res.returncode == 0, res.stderr
@@ -501,13 +555,19 @@ def test_entrypoint_hands_new_files_back_to_the_host_user(tmp_path: Path) -> Non
     outside = tmp_path / "outside"
     outside.write_text("x")
     outside.chmod(0o644)
-    script = ("mkdir -p tests/unit/new/sub && echo r > tests/unit/unit_results.json && "
-              f"echo f > tests/unit/new/sub/f && ln -s {outside} tests/unit/new/link && "
-              "touch .venv/y old.txt && exit 4")
+    script = (
+        "mkdir -p tests/unit/new/sub && echo r > tests/unit/unit_results.json && "
+        f"echo f > tests/unit/new/sub/f && ln -s {outside} tests/unit/new/link && "
+        "touch .venv/y old.txt && exit 4"
+    )
     res = _entry(ws, ["bash", "-c", script], HOST_UID="4321", HOST_GID="4322", HOST_UMASK="0027")
     assert res.returncode == 4, res.stderr
-    for rel, mode in [("tests/unit/unit_results.json", 0o640), ("tests/unit/new", 0o750),
-                      ("tests/unit/new/sub", 0o750), ("tests/unit/new/sub/f", 0o640)]:
+    for rel, mode in [
+        ("tests/unit/unit_results.json", 0o640),
+        ("tests/unit/new", 0o750),
+        ("tests/unit/new/sub", 0o750),
+        ("tests/unit/new/sub/f", 0o640),
+    ]:
         st = (ws / rel).stat()
         assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (4321, 4322, mode), rel
     assert (ws / "tests/unit/new/link").lstat().st_uid == 4321
@@ -525,7 +585,9 @@ def test_entrypoint_hands_new_files_back_to_the_host_user(tmp_path: Path) -> Non
 def test_no_docker_daemon_is_one_clear_line(script: str) -> None:
     # The real docker client, pointed at a socket nobody serves: what a stopped daemon looks like.
     env = {**os.environ, "CONTAINER": "img:1", "DOCKER_HOST": "unix:///nonexistent/docker.sock"}
-    res = subprocess.run([BASH, str(REPO / script), "functional/sft.sh"], env=env, capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [BASH, str(REPO / script), "functional/sft.sh"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert res.returncode == 2
     assert res.stderr.startswith("error: no Docker daemon answers (")
     assert len(res.stderr.strip().splitlines()) == 1

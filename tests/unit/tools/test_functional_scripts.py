@@ -38,9 +38,7 @@ def fdir(tmp_path: Path) -> Path:
     return d
 
 
-def run_all(
-    fdir: Path, *args: str, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
+def run_all(fdir: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(
         ["bash", str(fdir / "run_all.sh"), *args],
@@ -76,10 +74,7 @@ def test_summary_table_pass_fail_skip_error(fdir: Path) -> None:
     assert set(rows) == {"good", "bad", "bigjob", "undeclared"}
     assert rows["good"][0] == "PASS"
     assert rows["bad"][0] == "FAIL" and "exit status 3" in rows["bad"][2]
-    assert (
-        rows["bigjob"][0] == "SKIP"
-        and "needs 8 GPU(s), 0 available" in rows["bigjob"][2]
-    )
+    assert rows["bigjob"][0] == "SKIP" and "needs 8 GPU(s), 0 available" in rows["bigjob"][2]
     assert rows["undeclared"][0] == "ERROR" and "num-gpus" in rows["undeclared"][2]
     assert rows["good"][1].endswith("s")  # wall time, e.g. 0.0s
     assert rows["bigjob"][1] == "-"
@@ -94,9 +89,7 @@ def test_all_passing_exits_0_and_gpu_scripts_run_with_enough_gpus(fdir: Path) ->
     assert rows["a"][0] == rows["b"][0] == "PASS"
 
 
-def test_names_select_scripts_and_pass_overrides_after_double_dash(
-    fdir: Path, tmp_path: Path
-) -> None:
+def test_names_select_scripts_and_pass_overrides_after_double_dash(fdir: Path, tmp_path: Path) -> None:
     record = tmp_path / "args.txt"
     fake_script(fdir, "one", f'printf "%s\\n" "$@" > {record}; exit 0')
     fake_script(fdir, "two", "echo two-ran; exit 1")
@@ -125,9 +118,7 @@ def test_scripts_run_in_the_given_order(fdir: Path, tmp_path: Path) -> None:
         (["--gpus", "many"], "--gpus needs a number"),
     ],
 )
-def test_usage_errors_exit_2_before_running_anything(
-    fdir: Path, args: list[str], needle: str
-) -> None:
+def test_usage_errors_exit_2_before_running_anything(fdir: Path, args: list[str], needle: str) -> None:
     fake_script(fdir, "good", "echo good-ran")
     proc = run_all(fdir, *args)
     assert proc.returncode == 2
@@ -154,9 +145,7 @@ def test_list_and_help(fdir: Path) -> None:
 
 
 def test_real_scripts_declare_their_gpus() -> None:
-    scripts = [
-        p for p in FUNCTIONAL.glob("*.sh") if p.name not in ("common.sh", "run_all.sh")
-    ]
+    scripts = [p for p in FUNCTIONAL.glob("*.sh") if p.name not in ("common.sh", "run_all.sh")]
     assert scripts, "no functional test scripts"
     for script in scripts:
         assert "\n# num-gpus: " in script.read_text(), script
@@ -214,9 +203,7 @@ def fake_repo(tmp_path: Path) -> Path:
     return repo
 
 
-def run_toy(
-    repo: Path, *overrides: str, cwd: Path | None = None
-) -> subprocess.CompletedProcess[str]:
+def run_toy(repo: Path, *overrides: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHON": sys.executable}
     return subprocess.run(
         ["bash", str(repo / "tests" / "functional" / "toy.sh"), *overrides],
@@ -229,9 +216,7 @@ def run_toy(
     )
 
 
-def test_common_runs_dumps_checks_and_cleans_up(
-    fake_repo: Path, tmp_path: Path
-) -> None:
+def test_common_runs_dumps_checks_and_cleans_up(fake_repo: Path, tmp_path: Path) -> None:
     exp = fake_repo / "tests" / "functional" / "toy"
     exp.mkdir()
     (exp / "stale.txt").write_text("from a previous run")
@@ -305,7 +290,11 @@ def test_common_precheck_failure_stops_before_the_experiment_dir_is_touched(fake
 @pytest.mark.parametrize("flag", ["--help", "-h"])
 def test_common_help_prints_the_header(fake_repo: Path, flag: str) -> None:
     script = fake_repo / "tests" / "functional" / "toy.sh"
-    script.write_text(script.read_text().replace("# num-gpus: 0\n", "# A toy experiment.\n#\n#   bash toy.sh [k=v ...]\n# num-gpus: 0\n"))
+    script.write_text(
+        script.read_text().replace(
+            "# num-gpus: 0\n", "# A toy experiment.\n#\n#   bash toy.sh [k=v ...]\n# num-gpus: 0\n"
+        )
+    )
     proc = run_toy(fake_repo, "lr=1", flag)
     assert (proc.returncode, proc.stderr) == (0, "")
     assert proc.stdout.startswith("A toy experiment.\n\n  bash toy.sh [k=v ...]\nnum-gpus: 0\n")
@@ -350,8 +339,14 @@ def test_real_scripts_help(script: str, flag: str) -> None:
 @pytest.mark.parametrize(
     "script, args, message",
     [
-        *[(s, ["--bogus"], (f"error: unknown option '--bogus'; arguments are key=value config overrides "
-                            f"(see {s} --help)")) for s in REAL_SCRIPTS],
+        *[
+            (
+                s,
+                ["--bogus"],
+                (f"error: unknown option '--bogus'; arguments are key=value config overrides (see {s} --help)"),
+            )
+            for s in REAL_SCRIPTS
+        ],
         ("sft.sh", ["sft.max_num_steps=3", "-x"], "error: unknown option '-x'"),
         ("run_all.sh", ["--bogus"], "error: unknown option '--bogus' (see --help)"),
         ("run_all.sh", ["sft", "--", "--bogus"], "error: '--bogus' after -- is not a key=value config override"),

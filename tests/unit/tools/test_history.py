@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from testharness.history import (
     HISTORY_ENV,
     configured_results_dir,

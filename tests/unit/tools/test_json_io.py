@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from testharness import atomic_io, results, tb_dump
 from testharness.atomic_io import json_text, write_json_atomic
 from testharness.checks import cli as checks_cli

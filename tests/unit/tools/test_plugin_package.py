@@ -121,9 +121,7 @@ class Project:
             RAY_ENABLE_UV_RUN_RUNTIME_ENV="0",
         )
         env.pop("RAY_ADDRESS", None)
-        proc = subprocess.run(
-            args, cwd=self.path, env=env, capture_output=True, text=True, timeout=300, check=False
-        )
+        proc = subprocess.run(args, cwd=self.path, env=env, capture_output=True, text=True, timeout=300, check=False)
         assert proc.returncode == expect, f"{args} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
         return proc
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import psutil
 import pytest
+
 from testharness import interrupts
 from testharness.history import load_history
 
@@ -326,7 +327,9 @@ def test_xdist_controller_writes_one_record_with_the_workers_metrics(tmp_path: P
 
 
 @pytest.mark.parametrize(
-    "args", [["--collect-only"], ["--shard", "1/2", "--shard-plan"], ["--help"]], ids=["collect-only", "shard-plan", "help"]
+    "args",
+    [["--collect-only"], ["--shard", "1/2", "--shard-plan"], ["--help"]],
+    ids=["collect-only", "shard-plan", "help"],
 )
 def test_runs_that_execute_no_test_write_no_results(tmp_path: Path, args: list[str]) -> None:
     root = _project(tmp_path, QUICK_TESTS)
@@ -360,7 +363,11 @@ def test_test_files_sharing_a_name_get_distinct_stable_keys(tmp_path: Path) -> N
     proc = _pytest(root)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     metrics = _results(root)["metrics"]
-    assert {k: v["v"] for k, v in metrics.items()} == {"tests/a/test_x::test": "a", "tests/b/test_x::test": "b", "test_y::test": "y"}
+    assert {k: v["v"] for k, v in metrics.items()} == {
+        "tests/a/test_x::test": "a",
+        "tests/b/test_x::test": "b",
+        "test_y::test": "y",
+    }
     only_a = _pytest(root, "tests/a/test_x.py")  # the key does not depend on what a run selects
     assert only_a.returncode == 0
     assert list(_results(root)["metrics"]) == ["tests/a/test_x::test"]

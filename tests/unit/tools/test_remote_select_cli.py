@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from testharness.remote_select.__main__ import add_arguments, run
 
 TOOLS_PY = Path(__file__).resolve().parents[3] / "tools" / "py"
@@ -21,7 +22,13 @@ TOOLS_PY = Path(__file__).resolve().parents[3] / "tools" / "py"
 def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TOOLS_PY), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run(
-        [sys.executable, "-m", "testharness.remote_select", *args], check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "testharness.remote_select", *args],
+        check=False,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -62,7 +69,9 @@ def test_a_test_file_prints_its_closure(project: Path) -> None:
         (("tests/test_a.py",), "[tool.testharness\n", "pyproject.toml"),
     ],
 )
-def test_bad_input_is_one_line_and_exit_2(project: Path, args: tuple[str, ...], pyproject: str | None, says: str) -> None:
+def test_bad_input_is_one_line_and_exit_2(
+    project: Path, args: tuple[str, ...], pyproject: str | None, says: str
+) -> None:
     if pyproject is not None:
         (project / "pyproject.toml").write_text(pyproject)
     proc = _cli(project, *args)

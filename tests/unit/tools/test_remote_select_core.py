@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
+
 from testharness.remote_select import graph as graph_mod
 from testharness.remote_select import store
 from testharness.remote_select.config import ConfigError, SelectConfig, load_config
@@ -189,7 +190,9 @@ def test_map_lists_graph_and_node_ids(tmp_path: Path) -> None:
     assert str(tmp_path) not in text
 
 
-def test_explain_cli_prints_a_closure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_explain_cli_prints_a_closure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from testharness.remote_select.__main__ import main
 
     _tree(tmp_path, BASE)
@@ -236,8 +239,7 @@ def test_config_defaults_and_fallbacks(tmp_path: Path) -> None:
     assert load_config(tmp_path).source_packages == ()
     assert load_config(tmp_path).test_roots == ("tests",)  # settings.DEFAULT_TEST_ROOTS
     (tmp_path / "pyproject.toml").write_text(
-        "[tool.testharness]\nsource_packages = ['pkg']\n"
-        "[tool.pytest.ini_options]\ntestpaths = ['tests/unit']\n"
+        "[tool.testharness]\nsource_packages = ['pkg']\n[tool.pytest.ini_options]\ntestpaths = ['tests/unit']\n"
     )
     cfg = load_config(tmp_path)
     assert cfg.source_packages == ("pkg",)
@@ -254,7 +256,9 @@ def test_config_defaults_and_fallbacks(tmp_path: Path) -> None:
 def _import_digests(sources: dict[str, str]) -> dict[str, str]:
     from testharness.remote_select.import_time import import_digests
 
-    return import_digests({rel: graph_mod.parse_file(textwrap.dedent(src).encode()).facts for rel, src in sources.items()})
+    return import_digests(
+        {rel: graph_mod.parse_file(textwrap.dedent(src).encode()).facts for rel, src in sources.items()}
+    )
 
 
 LIB = {
@@ -338,8 +342,19 @@ LIB = {
         ("tests/conftest.py", "return 2", "return 3", False),  # a plain helper: testmon's
     ],
     ids=[
-        "method-body", "comment", "constant", "class-attr", "signature", "called-at-import", "unused-constructor",
-        "constructor-at-import", "callee-of-constructor", "module-getattr", "fixture", "fixture-callee", "hook",
+        "method-body",
+        "comment",
+        "constant",
+        "class-attr",
+        "signature",
+        "called-at-import",
+        "unused-constructor",
+        "constructor-at-import",
+        "callee-of-constructor",
+        "module-getattr",
+        "fixture",
+        "fixture-callee",
+        "hook",
         "helper-body",
     ],
 )
@@ -397,7 +412,11 @@ def test_engine_uses_the_recorded_reach_for_body_edits_and_the_static_closure_fo
     _tree(tmp_path, tree)
     sel = _selector(tmp_path)
     # All three import pkg.a (closure: a/b.py, a/c.py, util.py, deep/mod.py).
-    local, remote, opaque = "tests/sub/test_x.py::test_local", "tests/sub/test_x.py::test_remote", "tests/sub/test_x.py::test_opaque"
+    local, remote, opaque = (
+        "tests/sub/test_x.py::test_local",
+        "tests/sub/test_x.py::test_remote",
+        "tests/sub/test_x.py::test_opaque",
+    )
     outcomes = {local: "passed", remote: "passed", opaque: "passed"}
     reaches: dict[str, list[str] | None] = {local: [], remote: ["pkg/deep/mod.py"], opaque: None}
     sel.finish(sel.plan(), outcomes, {"tests/sub/test_x.py": sorted(outcomes)}, reaches)
@@ -418,7 +437,9 @@ def test_engine_uses_the_recorded_reach_for_body_edits_and_the_static_closure_fo
 
 def test_engine_counts_only_the_functions_a_traced_actor_ran(tmp_path: Path) -> None:
     tree = dict(BASE)
-    tree["pkg/deep/mod.py"] = "X = 1\n\n\nclass W:\n    def ran(self):\n        return 1\n\n    def idle(self):\n        return 1\n"
+    tree["pkg/deep/mod.py"] = (
+        "X = 1\n\n\nclass W:\n    def ran(self):\n        return 1\n\n    def idle(self):\n        return 1\n"
+    )
     tree["pkg/worker.py"] = "from pkg.deep.mod import W\n"
     _tree(tmp_path, tree)
     sel = _selector(tmp_path)
@@ -436,8 +457,25 @@ def test_engine_counts_only_the_functions_a_traced_actor_ran(tmp_path: Path) -> 
 
     # The body of the function the actor ran: the traced test; the other function of the
     # same file: nobody (testmon decides for code run in the pytest process).
-    assert selected_after(sel, tmp_path, outcomes, "pkg/deep/mod.py", "    def ran(self):\n        return 1", "    def ran(self):\n        return 2") == {traced}
-    assert selected_after(sel, tmp_path, outcomes, "pkg/deep/mod.py", "    def idle(self):\n        return 1", "    def idle(self):\n        return 2") == set()
+    assert selected_after(
+        sel,
+        tmp_path,
+        outcomes,
+        "pkg/deep/mod.py",
+        "    def ran(self):\n        return 1",
+        "    def ran(self):\n        return 2",
+    ) == {traced}
+    assert (
+        selected_after(
+            sel,
+            tmp_path,
+            outcomes,
+            "pkg/deep/mod.py",
+            "    def idle(self):\n        return 1",
+            "    def idle(self):\n        return 2",
+        )
+        == set()
+    )
     # Import-time code of a file the actor imported: everyone whose closure holds it.
     assert selected_after(sel, tmp_path, outcomes, "pkg/deep/mod.py", "X = 1", "X = 2") == {traced, plain}
     # A file a function it ran lived in is gone: the traced test must show what that does.
@@ -457,7 +495,9 @@ def test_imports_only_type_checkers_read_are_not_in_the_closure() -> None:
 
 
 # -- damaged state files and concurrent sessions ----------------------------------------------
-def _seeded_selector(root: Path) -> tuple[RemoteSelector, dict[str, str], dict[str, list[str]], dict[str, list[str] | None]]:
+def _seeded_selector(
+    root: Path,
+) -> tuple[RemoteSelector, dict[str, str], dict[str, list[str]], dict[str, list[str] | None]]:
     """A tree whose map and state files exist, with reaches of every kind recorded."""
     tree = dict(BASE)
     tree["pkg/deep/mod.py"] = "X = 1\n\n\nclass W:\n    def ran(self):\n        return 1\n"
@@ -466,7 +506,11 @@ def _seeded_selector(root: Path) -> tuple[RemoteSelector, dict[str, str], dict[s
     a, b, c = "tests/sub/test_x.py::test_a", "tests/sub/test_x.py::test_b", "tests/sub/test_str.py::test_s"
     outcomes = {a: "passed", b: "passed", c: "passed"}
     collected = {"tests/sub/test_x.py": [a, b], "tests/sub/test_str.py": [c]}
-    reaches: dict[str, list[str] | None] = {a: ["pkg/actors.py"], b: ["@pkg/util.py", "pkg/deep/mod.py::W.ran"], c: None}
+    reaches: dict[str, list[str] | None] = {
+        a: ["pkg/actors.py"],
+        b: ["@pkg/util.py", "pkg/deep/mod.py::W.ran"],
+        c: None,
+    }
     sel.finish(sel.plan(), outcomes, collected, reaches)
     return sel, outcomes, collected, reaches
 

@@ -18,6 +18,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from testharness.remote_select import store
 
 pytest_plugins = ["pytester"]
@@ -150,7 +151,11 @@ FILES = {
     """,
 }
 
-REMOTE = {"tests/test_remote.py::test_remote_a", "tests/test_remote.py::test_remote_b", "tests/test_remote.py::test_remote_c"}
+REMOTE = {
+    "tests/test_remote.py::test_remote_a",
+    "tests/test_remote.py::test_remote_b",
+    "tests/test_remote.py::test_remote_c",
+}
 ALL = REMOTE | {
     "tests/test_local.py::test_add[1]",
     "tests/test_local.py::test_add[2]",
@@ -369,7 +374,8 @@ def test_new_tests_are_run(seeded: Project) -> None:
 
 
 @pytest.mark.parametrize(
-    "which", ["state-garbage", "state-foreign-version", "state-directory", "map-garbage", "map-wrong-shape", "map-directory"]
+    "which",
+    ["state-garbage", "state-foreign-version", "state-directory", "map-garbage", "map-wrong-shape", "map-directory"],
 )
 def test_corrupted_files_are_rebuilt_with_one_warning(seeded: Project, which: str) -> None:
     state = seeded.path / STATE_FILE
@@ -388,7 +394,9 @@ def test_corrupted_files_are_rebuilt_with_one_warning(seeded: Project, which: st
     elif which == "map-garbage":
         map_.write_bytes(b"\x00\xff")
     else:
-        map_.write_text(json.dumps({"format": "testharness.remote_select.map", "version": store.MAP_VERSION, "files": []}))
+        map_.write_text(
+            json.dumps({"format": "testharness.remote_select.map", "version": store.MAP_VERSION, "files": []})
+        )
     seeded.edit("mylib/worker_impl.py", "return x * 2", "return x + x")
     result, ran = seeded.run()
     assert result.ret == 0, result.stdout.str()
@@ -456,7 +464,9 @@ def test_concurrent_sessions_merge_their_records(project: Project, tmp_path_fact
     # (testmon may select more: a session that starts after another has collected deletes
     # that one's tests it does not know as passing yet, a rerun and never a miss.)
     result, ran = project.run()
-    assert project.header(result) == ["remote-select: no remote-affecting change; 2 test file(s) with tests that never passed"]
+    assert project.header(result) == [
+        "remote-select: no remote-affecting change; 2 test file(s) with tests that never passed"
+    ]
     assert ALL - ran_together <= set(ran), result.stdout.str()
     _, ran = project.run()
     assert ran == {}

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from testharness.remote_select.reach import ReachRecorder
 
 from nemo_rl.algorithms.loss_functions import NLLLoss
 from nemo_rl.config import apply_overrides
+from testharness.remote_select.reach import ReachRecorder
 
 ROOT = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().relative_to(ROOT).as_posix()
@@ -70,7 +70,9 @@ def test_actor_creation_calls_tasks_and_put_are_charged_to_the_owner(ray_cluster
     assert recorder.reach_of("t::never-ran", []) == []
 
 
-def test_what_a_fixture_started_is_charged_to_every_test_that_requests_it(ray_cluster: Any, recorder: ReachRecorder) -> None:
+def test_what_a_fixture_started_is_charged_to_every_test_that_requests_it(
+    ray_cluster: Any, recorder: ReachRecorder
+) -> None:
     import ray
 
     recorder.push_test("t::first")

@@ -15,6 +15,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+
 from testharness.remote_select.reach_core import ProjectFiles, ReachBook
 from testharness.remote_select.records import ActorReport, RanFunction
 
@@ -60,7 +61,9 @@ def _book(root: Path) -> ReachBook:
     return ReachBook(str(root))
 
 
-def test_an_event_is_charged_to_the_test_and_the_fixture_being_set_up(project: tuple[Path, ModuleType, ModuleType]) -> None:
+def test_an_event_is_charged_to_the_test_and_the_fixture_being_set_up(
+    project: tuple[Path, ModuleType, ModuleType],
+) -> None:
     root, mod, _ = project
     book = _book(root)
     book.push_test("t::first")
@@ -96,7 +99,9 @@ def test_third_party_modules_are_not_charged_and_unknown_ones_make_the_owner_opa
     assert book.reach_of("t::nameless", []) is None
 
 
-def test_an_opaque_fixture_makes_every_test_that_requests_it_opaque(project: tuple[Path, ModuleType, ModuleType]) -> None:
+def test_an_opaque_fixture_makes_every_test_that_requests_it_opaque(
+    project: tuple[Path, ModuleType, ModuleType],
+) -> None:
     book = _book(project[0])
     book.push_fixture("server")
     book.charge(set(), opaque=True)  # e.g. it started a process
@@ -159,7 +164,9 @@ def test_an_actor_that_ended_or_is_gone_is_forgotten_and_a_busy_one_kept_as_lost
     assert book.actors["busy"].lost
 
 
-def test_an_actor_whose_project_code_escaped_makes_its_users_opaque(project: tuple[Path, ModuleType, ModuleType]) -> None:
+def test_an_actor_whose_project_code_escaped_makes_its_users_opaque(
+    project: tuple[Path, ModuleType, ModuleType],
+) -> None:
     book = _book(project[0])
     _traced(book)
     book.fold_reports({AID}, {AID}, {AID: ActorReport((RanFunction(MOD, "Calc.add"),), True)})

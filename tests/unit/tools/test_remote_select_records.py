@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from testharness.remote_select import store
 from testharness.remote_select.records import (
     ActorModule,
@@ -43,7 +44,12 @@ OLD_STATE = {
     "reach_lists": {"r1": ["@pkg/w.py", "pkg/other.py", "pkg/w.py::W.run#abc", "pkg/w.py::<module>#-"]},
     "reach": {"tests/test_w.py::test_a": "r1"},
 }
-OLD_PARSED = {"refs": ["i:os", "f:1::w", "s:pkg.w.W", "p:x/y.py"], "skel": "s1", "top": ["W"], "funcs": [["W.run", "b1", 0, ["f"]]]}
+OLD_PARSED = {
+    "refs": ["i:os", "f:1::w", "s:pkg.w.W", "p:x/y.py"],
+    "skel": "s1",
+    "top": ["W"],
+    "funcs": [["W.run", "b1", 0, ["f"]]],
+}
 OLD_MAP = {
     "format": "testharness.remote_select.map",
     "version": store.MAP_VERSION,  # 5: the JSON of 4, with relative import_module names found
@@ -134,7 +140,14 @@ def test_parsed_files_round_trip_and_reject_bad_function_facts() -> None:
 def test_actor_reports_are_parsed_and_malformed_ones_rejected() -> None:
     report = parse_actor_report({"units": ["a.py::f", "a.py::<module>"], "escaped": True})
     assert report == ActorReport((RanFunction("a.py", "f"), RanFunction("a.py", "<module>")), True)
-    for bad in [None, [], {"units": "a.py::f"}, {"units": ["a.py"]}, {"units": ["a.py::f#d"]}, {"units": [], "escaped": 1}]:
+    for bad in [
+        None,
+        [],
+        {"units": "a.py::f"},
+        {"units": ["a.py"]},
+        {"units": ["a.py::f#d"]},
+        {"units": [], "escaped": 1},
+    ]:
         with pytest.raises(RecordError):
             parse_actor_report(bad)
 
@@ -157,7 +170,11 @@ def test_files_written_before_typed_records_load_unchanged(tmp_path: Path) -> No
     store.save_state(tmp_path / "again.json", state)
     again = json.loads((tmp_path / "again.json").read_text())
     assert list(again["reach_lists"].values()) == [sorted(OLD_STATE["reach_lists"]["r1"])]  # type: ignore[index]
-    assert (again["tests"], again["generations"], again["imports"]) == (OLD_STATE["tests"], OLD_STATE["generations"], OLD_STATE["imports"])
+    assert (again["tests"], again["generations"], again["imports"]) == (
+        OLD_STATE["tests"],
+        OLD_STATE["generations"],
+        OLD_STATE["imports"],
+    )
 
     map_data, warning = store.load_map(_write(tmp_path / "map.json", OLD_MAP))
     assert warning is None and map_data is not None

@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from testharness.remote_select.config import SelectConfig
 from testharness.remote_select.graph import (
     build_graph,

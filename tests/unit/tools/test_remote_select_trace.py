@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from testharness.remote_select.reach import ReachRecorder
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -100,10 +101,12 @@ def traced() -> dict[str, list[str] | None]:
     )
     env = {**os.environ, "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
     env.pop("RAY_ADDRESS", None)
-    proc = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT
+    )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(lines[-1][len("RESULT "):])  # type: ignore[no-any-return]
+    return json.loads(lines[-1][len("RESULT ") :])  # type: ignore[no-any-return]
 
 
 def _units(reach: list[str] | None) -> set[str]:

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+
 from testharness import __main__ as cli
 from testharness.history import load_history
 from testharness.report import (

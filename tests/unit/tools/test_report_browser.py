@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from testharness.history import load_history
 from testharness.report import RuleBook, compute_trends, find_flaky, render_html
 

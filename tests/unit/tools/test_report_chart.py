@@ -9,6 +9,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+
 from testharness.report.chart import Dot, Label, Line, Polyline, chart_scene, format_ticks, make_charts, nice_ticks
 from testharness.report.png import SCALE, write_png
 from testharness.report.rules import ReportError, RuleBook
@@ -32,7 +33,7 @@ def run(day: int, values: dict[str, float], commit: str = "") -> Run:
 
 
 def trend_of(metric: str, values: list[float], days: list[int] | None = None) -> Trend:
-    runs = [run(d, {metric: v}) for d, v in zip(days or range(1, len(values) + 1), values)]
+    runs = [run(d, {metric: v}) for d, v in zip(days or range(1, len(values) + 1), values, strict=False)]
     (trend,) = compute_trends(runs, RuleBook())
     return trend
 
@@ -63,7 +64,9 @@ def test_no_best_line_without_a_preferred_direction_and_a_caption_on_request() -
     scene = chart_scene(trend)
     assert not [s for s in scene.shapes if isinstance(s, Line) and s.cls == "best"]
     captioned = chart_scene(trend, caption="test_m::test_t · loss")
-    assert [s.text for s in captioned.shapes if isinstance(s, Label) and s.cls == "caption"] == ["test_m::test_t · loss"]
+    assert [s.text for s in captioned.shapes if isinstance(s, Label) and s.cls == "caption"] == [
+        "test_m::test_t · loss"
+    ]
     assert captioned.height > scene.height
 
 

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+
 from testharness import results
 
 START = datetime(2026, 3, 24, 23, 34, 12)
@@ -92,9 +93,7 @@ def test_readme_jq_line_prints_one_row_per_dated_file(tmp_path: Path) -> None:
         '.metrics["test_hf_ray_policy::test_lm_policy_generation"].avg_prob_mult_error]'
         " | @tsv' unit_results/*"
     )
-    out = subprocess.run(
-        ["bash", "-c", line], cwd=tmp_path, capture_output=True, text=True, check=True
-    ).stdout
+    out = subprocess.run(["bash", "-c", line], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
     assert out.splitlines() == [
         f"2026-03-24 23:34:12\t{'a' * 40}\t1.25",
         f"2026-03-24 23:35:12\t{'b' * 40}\t2.25",
@@ -102,7 +101,9 @@ def test_readme_jq_line_prints_one_row_per_dated_file(tmp_path: Path) -> None:
 
 
 def test_a_written_results_file_reads_back_as_the_same_run(tmp_path: Path) -> None:
-    outcome = results.OutcomeRecord(key="test_m::test_t", outcome="passed", duration=0.25, attempts=["failed", "passed"])
+    outcome = results.OutcomeRecord(
+        key="test_m::test_t", outcome="passed", duration=0.25, attempts=["failed", "passed"]
+    )
     latest, dated = results.write_results(tmp_path, _doc(tests={"tests/test_m.py::test_t": outcome}), START)
     run = results.read_results_file(dated)
     assert run.started == START and run.git_commit == "a" * 40 and run.short_commit == "a" * 7

@@ -20,9 +20,7 @@ def project(tmp_path: Path) -> Path:
         '[tool.pytest.ini_options]\nmarkers = ["hf_gated: g", "mcore: m", "run_first: f", '
         '"num_gpus(n): n"]\n'
     )
-    (tmp_path / "conftest.py").write_text(
-        'pytest_plugins = ["testharness.selection", "testharness.tracker"]\n'
-    )
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["testharness.selection", "testharness.tracker"]\n')
     unit = tmp_path / "tests" / "unit"
     unit.mkdir(parents=True)
     (unit / "test_ok.py").write_text("def test_ok(tracker):\n    tracker.track('v', 1)\n")
@@ -97,9 +95,7 @@ def test_no_test_found_is_a_failure(project: Path) -> None:
     assert "no tests collected: no test found" in proc.stderr
 
 
-@pytest.mark.parametrize(
-    "args", [("--rerun-failures", "x"), ("--rerun-failures",), ("--no-such-flag",)]
-)
+@pytest.mark.parametrize("args", [("--rerun-failures", "x"), ("--rerun-failures",), ("--no-such-flag",)])
 def test_bad_flags_print_usage_and_exit_2(project: Path, args: tuple[str, ...]) -> None:
     proc = _run(project, *args)
     assert proc.returncode == 2

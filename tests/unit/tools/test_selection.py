@@ -7,6 +7,7 @@ import sys
 import types
 
 import pytest
+
 from testharness import hf_cache
 from testharness.selection import selected
 from testharness.settings import MarkerGroup
@@ -78,9 +79,7 @@ def _collected(pytester: pytest.Pytester, *args: str) -> set[str]:
 
 
 @pytest.mark.parametrize("flags", list(MATRIX), ids=lambda f: " ".join(f) or "default")
-def test_four_configurations(
-    pytester: pytest.Pytester, fake_megatron: None, flags: tuple[str, ...]
-) -> None:
+def test_four_configurations(pytester: pytest.Pytester, fake_megatron: None, flags: tuple[str, ...]) -> None:
     pytester.makepyprojecttoml(MARKERS)
     pytester.makepyfile(test_four=FOUR)
     assert _collected(pytester, *flags) == MATRIX[flags]
@@ -109,15 +108,11 @@ def test_k_combines_with_the_rules(pytester: pytest.Pytester, fake_megatron: Non
     pytester.makepyprojecttoml(MARKERS)
     pytester.makepyfile(test_four=FOUR)
     assert _collected(pytester, "--hf-gated", "-k", "gated") == {"test_gated"}
-    assert _collected(pytester, "--mcore-only", "--hf-gated", "-k", "gated") == {
-        "test_mcore_gated"
-    }
+    assert _collected(pytester, "--mcore-only", "--hf-gated", "-k", "gated") == {"test_mcore_gated"}
     assert _collected(pytester, "-k", "mcore") == set()
 
 
-def test_missing_megatron_stops_with_one_line(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_missing_megatron_stops_with_one_line(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     # None in sys.modules makes `import megatron.core` raise ImportError, installed or not.
     monkeypatch.setitem(sys.modules, "megatron", None)
     monkeypatch.setitem(sys.modules, "megatron.core", None)
@@ -137,17 +132,14 @@ def test_run_first_runs_first(pytester: pytest.Pytester) -> None:
     pytester.makepyprojecttoml(MARKERS)
     pytester.makepyfile(
         test_a="def test_a1(): pass\ndef test_a2(): pass\n",
-        test_b="import pytest\n@pytest.mark.run_first\ndef test_b_first(): pass\n"
-        "def test_b2(): pass\n",
+        test_b="import pytest\n@pytest.mark.run_first\ndef test_b_first(): pass\ndef test_b2(): pass\n",
     )
     result = pytester.runpytest_inprocess(*HARNESS_PLUGINS, "-v")
     order = [line.split("::")[1].split()[0] for line in result.outlines if " PASSED" in line]
     assert order == ["test_b_first", "test_a1", "test_a2", "test_b2"]
 
 
-def test_num_gpus_skips_with_the_count(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_num_gpus_skips_with_the_count(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TESTHARNESS_NUM_GPUS", "1")
     pytester.makepyprojecttoml(MARKERS)
     pytester.makepyfile(
@@ -169,18 +161,13 @@ def test_hf_gated_model_skip_names_the_model(
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     pytester.makepyprojecttoml(MARKERS)
-    pytester.makepyfile(
-        test_h="import pytest\n"
-        "@pytest.mark.hf_gated('org-x/gated-model')\ndef test_h(): pass\n"
-    )
+    pytester.makepyfile(test_h="import pytest\n@pytest.mark.hf_gated('org-x/gated-model')\ndef test_h(): pass\n")
     result = pytester.runpytest_inprocess(*HARNESS_PLUGINS, "--hf-gated", "-rs")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*gated model org-x/gated-model is not in the local*"])
 
 
-def test_hf_model_available_from_cache_or_token(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: object
-) -> None:
+def test_hf_model_available_from_cache_or_token(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
     from pathlib import Path
 
     import huggingface_hub.constants as hc

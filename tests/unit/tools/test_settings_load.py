@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from testharness.settings import MarkerGroup, SettingsError, load_settings
 
 REPO = Path(__file__).resolve().parents[3]
@@ -31,7 +32,12 @@ def test_this_repository_keeps_its_documented_names_and_groups() -> None:
     assert groups["hf_gated"].option == "--hf-gated" and not groups["hf_gated"].only
     assert groups["hf_gated"].hf_models and groups["hf_gated"].marker_line.startswith("hf_gated(model_id): ")
     mcore = groups["mcore"]
-    assert (mcore.option, mcore.dest, mcore.only, mcore.requires) == ("--mcore-only", "mcore_only", True, ("megatron.core",))
+    assert (mcore.option, mcore.dest, mcore.only, mcore.requires) == (
+        "--mcore-only",
+        "mcore_only",
+        True,
+        ("megatron.core",),
+    )
 
 
 def test_marker_group_defaults(tmp_path: Path) -> None:

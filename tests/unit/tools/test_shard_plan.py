@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
+
 from testharness.shard_plan import (
     NO_HISTORY_SECONDS,
     ShardSpecError,

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from testharness import state_files
 from testharness.state_files import (
     exclusive,
@@ -107,7 +108,11 @@ def test_move_aside_takes_the_side_files_and_never_overwrites(tmp_path: Path) ->
         (tmp_path / f".data{suffix}").write_text(f"first{suffix}")
     first = move_aside(db, "STAMP", state_files.SQLITE_SIDE_FILES)
     assert first.name == ".data.corrupt-STAMP"
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".data.corrupt-STAMP", ".data.corrupt-STAMP-shm", ".data.corrupt-STAMP-wal"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".data.corrupt-STAMP",
+        ".data.corrupt-STAMP-shm",
+        ".data.corrupt-STAMP-wal",
+    ]
     db.mkdir()  # a directory moves too, and the same stamp gets a free name
     second = move_aside(db, "STAMP", state_files.SQLITE_SIDE_FILES)
     assert second.name == ".data.corrupt-STAMP-2" and second.is_dir()
@@ -172,7 +177,10 @@ def test_exclusive_lock_waits_for_another_process_then_times_out(tmp_path: Path)
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "held\n"
-        with pytest.raises(TimeoutError, match=r"state\.json\.lock held by another process"), exclusive(target, timeout=0.2):
+        with (
+            pytest.raises(TimeoutError, match=r"state\.json\.lock held by another process"),
+            exclusive(target, timeout=0.2),
+        ):
             pass
     finally:
         holder.kill()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from testharness import tb_dump
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -93,12 +94,8 @@ def test_steps_are_sorted_numerically(tmp_path: Path) -> None:
 
 def test_later_file_wins_and_conflicts_are_listed(tmp_path: Path) -> None:
     # Written first: steps 1..5. A resume from step 3 writes 4..7 into a second file.
-    write_scalars(
-        tmp_path / "z_first", {"train/loss": {i: float(i) for i in range(1, 6)}}
-    )
-    write_scalars(
-        tmp_path / "a_resumed", {"train/loss": {i: 100.0 + i for i in range(4, 8)}}
-    )
+    write_scalars(tmp_path / "z_first", {"train/loss": {i: float(i) for i in range(1, 6)}})
+    write_scalars(tmp_path / "a_resumed", {"train/loss": {i: 100.0 + i for i in range(4, 8)}})
     result = tb_dump.dump_tb_logs(tmp_path)
     # Ordered by first event wall time, not by name ("a_" sorts before "z_").
     assert [p.parent.name for p in result.files] == ["z_first", "a_resumed"]
@@ -177,9 +174,7 @@ def test_cli_no_event_files_exits_non_zero(tmp_path: Path) -> None:
 
 
 def test_cli_output_feeds_check_metrics(tmp_path: Path) -> None:
-    write_scalars(
-        tmp_path / "logs", {"train/loss": {i: 10.0 / i for i in range(1, 11)}}
-    )
+    write_scalars(tmp_path / "logs", {"train/loss": {i: 10.0 / i for i in range(1, 11)}})
     out = tmp_path / "metrics.json"
     assert run_cli(str(tmp_path / "logs"), "--output_path", str(out)).returncode == 0
     proc = subprocess.run(
@@ -209,9 +204,7 @@ N_VALUES = 50
 
 def write_run(log_dir: Path) -> Path:
     """A real 50-value run: one file_version record + one record per value."""
-    return write_scalars(
-        log_dir, {"train/loss": {i: 1.0 / (i + 1) for i in range(N_VALUES)}}
-    )
+    return write_scalars(log_dir, {"train/loss": {i: 1.0 / (i + 1) for i in range(N_VALUES)}})
 
 
 def record_ends(path: Path) -> list[int]:
@@ -271,9 +264,7 @@ def test_empty_file_is_an_error(tmp_path: Path) -> None:
         pytest.param(b'{"train/loss": {"1": 0.5}}\n' * 3, id="json-named-tfevents"),
     ],
 )
-def test_garbage_is_not_an_event_file_even_with_the_flag(
-    tmp_path: Path, content: bytes
-) -> None:
+def test_garbage_is_not_an_event_file_even_with_the_flag(tmp_path: Path, content: bytes) -> None:
     bad = tmp_path / "events.out.tfevents.2.host"
     bad.write_bytes(content)
     check = tb_dump.check_event_file(bad)
@@ -282,9 +273,7 @@ def test_garbage_is_not_an_event_file_even_with_the_flag(
     for allow in (False, True):
         with pytest.raises(tb_dump.DamagedEventFilesError) as info:
             tb_dump.dump_tb_logs(tmp_path, allow_truncated=allow)
-        assert "events.out.tfevents.2.host: not a TensorBoard event file" in str(
-            info.value
-        )
+        assert "events.out.tfevents.2.host: not a TensorBoard event file" in str(info.value)
         assert not info.value.allow_truncated_would_help
 
 
@@ -343,9 +332,7 @@ def test_trailing_junk_is_truncation(tmp_path: Path) -> None:
         check = tb_dump.check_event_file(path)
         assert (check.problem, check.records) == (tb_dump.TRUNCATED, N_VALUES + 1), junk
         assert (check.good_bytes, check.unread_bytes) == (size, len(junk))
-        with pytest.raises(
-            tb_dump.DamagedEventFilesError, match="truncated after 51 records"
-        ):
+        with pytest.raises(tb_dump.DamagedEventFilesError, match="truncated after 51 records"):
             tb_dump.dump_tb_logs(tmp_path)
         kept = tb_dump.dump_tb_logs(tmp_path, allow_truncated=True).metrics
         assert len(kept["train/loss"]) == N_VALUES
@@ -389,8 +376,7 @@ def test_cli_damaged_file_exits_2_and_keeps_the_previous_output(tmp_path: Path) 
     assert proc.returncode == 0, proc.stderr
     assert f"warning: run/{path.name}: truncated after {records} records" in proc.stderr
     assert (
-        f"kept the {records} records read, lost the tail "
-        f"({left_over} of {path.stat().st_size} bytes unread)"
+        f"kept the {records} records read, lost the tail ({left_over} of {path.stat().st_size} bytes unread)"
     ) in proc.stderr
     assert len(json.loads(out.read_text())["train/loss"]) == records - 1
 

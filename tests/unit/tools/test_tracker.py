@@ -31,9 +31,7 @@ def test_untracked():
 
 def _run(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, dict[str, Any]]:
     out = pytester.path / "results"
-    result = pytester.runpytest_inprocess(
-        *HARNESS_PLUGINS, f"--unit-results-dir={out}", *args, no_reraise_ctrlc=True
-    )
+    result = pytester.runpytest_inprocess(*HARNESS_PLUGINS, f"--unit-results-dir={out}", *args, no_reraise_ctrlc=True)
     return result, json.loads((out / "unit_results.json").read_text())
 
 
@@ -176,8 +174,7 @@ def test_coverage_includes_code_run_in_ray_actors(pytester: pytest.Pytester) -> 
     pytester.makepyprojecttoml('[tool.coverage.run]\npatch = ["subprocess"]\n')
     pkg = pytester.mkpydir("pkg")
     (pkg / "mod.py").write_text(
-        "def only_in_actor(x):\n    y = x + 1\n    return y * 2\n\n\n"
-        "def never_called():\n    return 0\n"
+        "def only_in_actor(x):\n    y = x + 1\n    return y * 2\n\n\ndef never_called():\n    return 0\n"
     )
     pytester.makepyfile(
         test_cov="""

@@ -151,9 +151,7 @@ def cluster_readings(timeout_s: float = 60.0) -> list[NodeReading]:
 
     remote = ray.remote(num_cpus=0)(_node_task())
     refs = [
-        remote.options(
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
-        ).remote()
+        remote.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote()
         for node in ray.nodes()
         if node.get("Alive")
     ]

@@ -9,10 +9,7 @@ _TRUE = {"1", "true", "yes", "on"}
 
 def hf_offline() -> bool:
     """HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) forbids downloads."""
-    return any(
-        os.environ.get(v, "").strip().lower() in _TRUE
-        for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
-    )
+    return any(os.environ.get(v, "").strip().lower() in _TRUE for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
 
 
 def model_in_cache(repo_id: str) -> bool:

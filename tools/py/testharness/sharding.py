@@ -99,8 +99,10 @@ def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Ite
         return []
     history = state.history
     shard_runs = sum(1 for r in history.runs if r.shard is not None)
-    lines = [f"shard history: {len(history.runs) - shard_runs} run(s) in {history.directory}"
-             + (f" ({shard_runs} shard run(s) not used for balancing)" if shard_runs else "")]
+    lines = [
+        f"shard history: {len(history.runs) - shard_runs} run(s) in {history.directory}"
+        + (f" ({shard_runs} shard run(s) not used for balancing)" if shard_runs else "")
+    ]
     lines += [f"shard history warning: {w}" for w in history.warnings]
     if not state.plan_only:
         shard = state.plan.shards[state.index - 1]

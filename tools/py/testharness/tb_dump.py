@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-
 __all__ = [
     "BAD_CRC",
     "EMPTY",
@@ -132,9 +131,7 @@ class EventFileCheck:
 class DamagedEventFilesError(Exception):
     """Event files that are empty, not event files, truncated or fail a CRC."""
 
-    def __init__(
-        self, checks: list[EventFileCheck], base: Path, allow_truncated: bool = False
-    ) -> None:
+    def __init__(self, checks: list[EventFileCheck], base: Path, allow_truncated: bool = False) -> None:
         self.checks = checks
         self.allow_truncated = allow_truncated
         lines = [f"{len(checks)} damaged event file(s) under {base}:"]
@@ -159,10 +156,7 @@ class Conflict:
     new_file: str
 
     def describe(self) -> str:
-        return (
-            f"{self.metric} step {self.step}: {self.old!r} ({self.old_file}) "
-            f"-> {self.new!r} ({self.new_file})"
-        )
+        return f"{self.metric} step {self.step}: {self.old!r} ({self.old_file}) -> {self.new!r} ({self.new_file})"
 
 
 @dataclass
@@ -351,29 +345,20 @@ def merge(files: Iterable[Path], base: Path | None = None) -> DumpResult:
                     # conflict too: the step was logged twice, which a resume should explain.
                     conflicts.append(Conflict(tag, step, old, value, old_name, name))
                 dest[step] = (value, name)
-    metrics = {
-        tag: {str(step): v for step, (v, _) in sorted(series.items())}
-        for tag, series in sorted(merged.items())
-    }
+    metrics = {tag: {str(step): v for step, (v, _) in sorted(series.items())} for tag, series in sorted(merged.items())}
     return DumpResult(metrics=metrics, files=files, conflicts=conflicts)
 
 
-def conflict_text(
-    conflicts: list[Conflict], limit: int = 20, fatal: bool = False
-) -> str:
+def conflict_text(conflicts: list[Conflict], limit: int = 20, fatal: bool = False) -> str:
     outcome = "refused (--error-on-conflicts)" if fatal else "the later file wins"
-    lines = [
-        f"{len(conflicts)} value(s) logged more than once by different event files; {outcome}:"
-    ]
+    lines = [f"{len(conflicts)} value(s) logged more than once by different event files; {outcome}:"]
     lines += [f"  {c.describe()}" for c in conflicts[:limit]]
     if len(conflicts) > limit:
         lines.append(f"  ... and {len(conflicts) - limit} more")
     return "\n".join(lines)
 
 
-def dump_tb_logs(
-    log_dir: str | Path, error_on_conflicts: bool = False, allow_truncated: bool = False
-) -> DumpResult:
+def dump_tb_logs(log_dir: str | Path, error_on_conflicts: bool = False, allow_truncated: bool = False) -> DumpResult:
     """Check, read and merge every event file under log_dir.
 
     Raises NoEventFilesError, ConflictError, or DamagedEventFilesError for a damaged
@@ -387,9 +372,7 @@ def dump_tb_logs(
         raise NoEventFilesError(f"not a directory: {root}")
     files = find_event_files(root)
     if not files:
-        raise NoEventFilesError(
-            f"no TensorBoard event files (*{EVENTS_MARKER}*) under {root}"
-        )
+        raise NoEventFilesError(f"no TensorBoard event files (*{EVENTS_MARKER}*) under {root}")
     damaged = [c for c in map(check_event_file, files) if not c.ok]
     refused = [c for c in damaged if not (allow_truncated and c.tail_lost)]
     if refused:

@@ -23,15 +23,8 @@ from testharness.tb_dump import (
 
 def _iter_summary(result: DumpResult) -> Iterator[str]:
     n_values = sum(len(s) for s in result.metrics.values())
-    damaged = (
-        f" ({len(result.damaged)} damaged, read up to the damage)"
-        if result.damaged
-        else ""
-    )
-    yield (
-        f"read {len(result.files)} event file(s){damaged}: "
-        f"{len(result.metrics)} metric(s), {n_values} value(s)"
-    )
+    damaged = f" ({len(result.damaged)} damaged, read up to the damage)" if result.damaged else ""
+    yield (f"read {len(result.files)} event file(s){damaged}: {len(result.metrics)} metric(s), {n_values} value(s)")
 
 
 def _damage_hints(exc: DamagedEventFilesError) -> Iterator[str]:

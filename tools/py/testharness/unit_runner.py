@@ -21,6 +21,7 @@ from pathlib import Path
 
 from testharness.settings import MarkerGroup, Settings, SettingsError, load_settings
 
+
 def usage(groups: Sequence[MarkerGroup] = ()) -> str:
     """run_unit.sh's help; the marker-group options (pytest's, from [tool.testharness]) listed too."""
     flags = "".join(f"[{g.option}] " for g in groups)

@@ -8,7 +8,8 @@ parallelism, and how gradients are reduced and clipped.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -35,7 +36,7 @@ def token_logprobs(logits: Tensor, input_ids: Tensor) -> Tensor:
 def micro_batches(batch: Mapping[str, Tensor], size: int) -> Iterator[dict[str, Tensor]]:
     n = next(iter(batch.values())).shape[0]
     for start in range(0, n, size):
-        yield {k: v[start:start + size] for k, v in batch.items()}
+        yield {k: v[start : start + size] for k, v in batch.items()}
 
 
 class PolicyWorkerBase:
@@ -72,7 +73,9 @@ class PolicyWorkerBase:
         raise NotImplementedError
 
     # ---- the shared loops ----------------------------------------------------------------
-    def train(self, batch: Mapping[str, Tensor], loss_fn: LossFunction, micro_batch_size: int | None = None) -> dict[str, float]:
+    def train(
+        self, batch: Mapping[str, Tensor], loss_fn: LossFunction, micro_batch_size: int | None = None
+    ) -> dict[str, float]:
         """One optimizer step on this worker's shard of the global batch."""
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
@@ -92,8 +95,12 @@ class PolicyWorkerBase:
             self.optimizer.step()
         self.scheduler.step()
         self.step += 1
-        out = {"loss": float(self._global_sum(loss_sum) / global_tokens), "grad_norm": grad_norm,
-               "lr": float(lr), "num_tokens": float(global_tokens)}
+        out = {
+            "loss": float(self._global_sum(loss_sum) / global_tokens),
+            "grad_norm": grad_norm,
+            "lr": float(lr),
+            "num_tokens": float(global_tokens),
+        }
         for k, v in metric_sums.items():
             out[k] = float(self._global_sum(v) / global_tokens)
         return out

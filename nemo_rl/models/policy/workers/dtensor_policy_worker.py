@@ -7,8 +7,9 @@ when the group has more than one worker, and trains, scores and samples on reque
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping, cast
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -51,7 +52,9 @@ class DTensorPolicyWorker(PolicyWorkerBase):
         self.reference_model = load().eval().requires_grad_(False) if init_reference_model else None
         opt = config["optimizer"]
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=opt["lr"], weight_decay=opt["weight_decay"],
+            self.model.parameters(),
+            lr=opt["lr"],
+            weight_decay=opt["weight_decay"],
             betas=(opt["betas"][0], opt["betas"][1]),
         )
         warmup = max(int(config["scheduler"]["warmup_steps"]), 0)
@@ -84,9 +87,14 @@ class DTensorPolicyWorker(PolicyWorkerBase):
 
     # ---- API (train / evaluate / get_logprobs come from PolicyWorkerBase) ------------------
     def info(self) -> dict[str, Any]:
-        return {"rank": self.rank, "world_size": self.world_size, "device": str(self.device),
-                "dtype": str(self.dtype).removeprefix("torch."), "pid": os.getpid(),
-                "num_params": sum(p.numel() for p in self.model.parameters())}
+        return {
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "device": str(self.device),
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "pid": os.getpid(),
+            "num_params": sum(p.numel() for p in self.model.parameters()),
+        }
 
     @torch.no_grad()
     def generate(self, batch: Mapping[str, Tensor], cfg: GenerationConfig) -> GenerationOutput:
@@ -101,13 +109,20 @@ class DTensorPolicyWorker(PolicyWorkerBase):
             return bool(flag.item() == 0)
 
         out = hf_sampler.generate(
-            self.model, data["input_ids"], data["attention_mask"], cfg,
-            stop_token_ids=[int(self.tokenizer.eos_token_id)], pad_token_id=int(self.tokenizer.pad_token_id),
-            all_done=all_done, seed_offset=self.rank,
+            self.model,
+            data["input_ids"],
+            data["attention_mask"],
+            cfg,
+            stop_token_ids=[int(self.tokenizer.eos_token_id)],
+            pad_token_id=int(self.tokenizer.pad_token_id),
+            all_done=all_done,
+            seed_offset=self.rank,
         )
         return GenerationOutput(
-            output_ids=out["output_ids"].cpu(), logprobs=out["logprobs"].cpu(),
-            response_mask=out["response_mask"].cpu(), prompt_length=out["prompt_length"],
+            output_ids=out["output_ids"].cpu(),
+            logprobs=out["logprobs"].cpu(),
+            response_mask=out["response_mask"].cpu(),
+            prompt_length=out["prompt_length"],
             stop_reasons=out["stop_reasons"],
         )
 
@@ -121,8 +136,10 @@ class DTensorPolicyWorker(PolicyWorkerBase):
         if self.rank == 0:
             out = Path(path)
             out.mkdir(parents=True, exist_ok=True)
-            torch.save({"model": model_sd, "optimizer": optim_sd, "scheduler": self.scheduler.state_dict(),
-                        "step": self.step}, out / "policy.pt.tmp")
+            torch.save(
+                {"model": model_sd, "optimizer": optim_sd, "scheduler": self.scheduler.state_dict(), "step": self.step},
+                out / "policy.pt.tmp",
+            )
             os.replace(out / "policy.pt.tmp", out / "policy.pt")
             if save_hf:
                 from safetensors.torch import save_file
@@ -141,8 +158,13 @@ class DTensorPolicyWorker(PolicyWorkerBase):
 
         state = torch.load(Path(path) / "policy.pt", map_location="cpu", weights_only=False)
         opts = StateDictOptions(full_state_dict=True, cpu_offload=False)
-        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
-                       optim_state_dict=state["optimizer"], options=opts)
+        set_state_dict(
+            self.model,
+            self.optimizer,
+            model_state_dict=state["model"],
+            optim_state_dict=state["optimizer"],
+            options=opts,
+        )
         self.scheduler.load_state_dict(state["scheduler"])
         self.step = int(state["step"])
         return self.step

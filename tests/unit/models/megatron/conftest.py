@@ -57,5 +57,3 @@ def megatron_worker(monkeypatch: pytest.MonkeyPatch) -> str:
 
 def device() -> torch.device:
     return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
-
-

@@ -32,11 +32,11 @@ def test_fused_qkv_layout_groups_queries_with_their_key_and_value(tiny_llama: st
     arch = convert.arch_from_hf_config(cfg)
     qkv = convert.hf_to_mcore(arch, hf)["decoder.layers.0.self_attention.linear_qkv.weight"]
     hd, per = arch.head_dim, arch.heads_per_group
-    group1 = qkv[(per + 2) * hd:(per + 2) * hd * 2]  # the second key/value group
+    group1 = qkv[(per + 2) * hd : (per + 2) * hd * 2]  # the second key/value group
     q = hf["model.layers.0.self_attn.q_proj.weight"]
     k = hf["model.layers.0.self_attn.k_proj.weight"]
-    assert torch.equal(group1[:per * hd], q[per * hd:2 * per * hd])
-    assert torch.equal(group1[per * hd:(per + 1) * hd], k[hd:2 * hd])
+    assert torch.equal(group1[: per * hd], q[per * hd : 2 * per * hd])
+    assert torch.equal(group1[per * hd : (per + 1) * hd], k[hd : 2 * hd])
 
 
 @pytest.mark.parametrize("tp", [2])
@@ -61,5 +61,7 @@ def test_unsupported_configs_get_one_line_errors(tiny_llama: str) -> None:
     with pytest.raises(convert.ConversionError, match="model_type 'gpt2' is not supported"):
         convert.arch_from_hf_config(cfg)
     arch = convert.arch_from_hf_config(AutoConfig.from_pretrained(tiny_llama))
-    with pytest.raises(convert.ConversionError, match="num_key_value_heads=2 is not divisible by tensor_model_parallel_size=4"):
+    with pytest.raises(
+        convert.ConversionError, match="num_key_value_heads=2 is not divisible by tensor_model_parallel_size=4"
+    ):
         convert.check_tensor_parallel(arch, 4)

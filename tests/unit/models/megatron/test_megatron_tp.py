@@ -56,14 +56,16 @@ def check_tensor_parallel_2(tiny_llama: str, batch, tmp_path: Path, tracker) -> 
 
 
 @pytest.mark.num_gpus(2)
-def test_tensor_parallel_2_on_two_gpus(ray_cluster: object, megatron_worker: str, tiny_llama: str, batch,
-                                       tmp_path: Path, tracker) -> None:
+def test_tensor_parallel_2_on_two_gpus(
+    ray_cluster: object, megatron_worker: str, tiny_llama: str, batch, tmp_path: Path, tracker
+) -> None:
     """TP=2 over NCCL on two GPUs."""
     check_tensor_parallel_2(tiny_llama, batch, tmp_path, tracker)
 
 
-def test_tensor_parallel_2_over_gloo_on_cpu(ray_cluster: object, megatron_worker: str, tiny_llama: str, batch,
-                                            tmp_path: Path, tracker) -> None:
+def test_tensor_parallel_2_over_gloo_on_cpu(
+    ray_cluster: object, megatron_worker: str, tiny_llama: str, batch, tmp_path: Path, tracker
+) -> None:
     """The same check on two CPU workers over gloo (megatron's TP collectives run there too)."""
     if not cpu_shim.needed():
         pytest.skip("CPU-only variant; on GPU machines test_tensor_parallel_2_on_two_gpus covers TP=2")

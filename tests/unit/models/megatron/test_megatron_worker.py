@@ -17,20 +17,19 @@ from nemo_rl.data.datasets import load_chat_dataset
 from nemo_rl.data.tokenize import sft_batch
 from nemo_rl.distributed.virtual_cluster import cluster_from_config
 from nemo_rl.models.policy.policy import Policy
+from tests.unit.models.megatron import cpu_shim
 from tests.unit.policy_helpers import (
     check_checkpoint_round_trip,
     hf_logprobs,
     logprob_gap,
     policy_config,
 )
-from tests.unit.models.megatron import cpu_shim
 
 pytestmark = [pytest.mark.mcore, pytest.mark.filterwarnings("ignore::UserWarning")]
 
 
 def megatron_config(model: str, tp: int = 1) -> dict:
-    return policy_config(model, precision="float32",
-                         megatron_cfg={"enabled": True, "tensor_model_parallel_size": tp})
+    return policy_config(model, precision="float32", megatron_cfg={"enabled": True, "tensor_model_parallel_size": tp})
 
 
 @pytest.fixture(scope="module")
@@ -82,8 +81,10 @@ def test_checkpoint_round_trip_and_hf_export(policy: Policy, batch, tmp_path: Pa
 
 def test_generate_says_it_is_not_implemented(policy: Policy, batch) -> None:
     with pytest.raises(Exception, match="generation is not implemented for the Megatron policy worker"):
-        policy.generate({k: batch[k] for k in ("input_ids", "attention_mask")},
-                        {"max_new_tokens": 2, "temperature": 1.0, "top_p": 1.0, "seed": 0})
+        policy.generate(
+            {k: batch[k] for k in ("input_ids", "attention_mask")},
+            {"max_new_tokens": 2, "temperature": 1.0, "top_p": 1.0, "seed": 0},
+        )
 
 
 def test_library_worker_refuses_cpu_with_a_clear_error(tiny_llama: str) -> None:

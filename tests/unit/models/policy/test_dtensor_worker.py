@@ -51,12 +51,16 @@ def test_training_steps_lower_the_loss(policy: Policy, batch, tracker) -> None:
 
 
 def test_checkpoint_round_trip(policy: Policy, batch, tmp_path) -> None:
-    check_checkpoint_round_trip(policy, batch, tmp_path / "ck", 1e-4 if policy.info()[0]["dtype"] == "float32" else 5e-2)
+    check_checkpoint_round_trip(
+        policy, batch, tmp_path / "ck", 1e-4 if policy.info()[0]["dtype"] == "float32" else 5e-2
+    )
 
 
 def test_generation_is_seeded(policy: Policy, tiny_llama: str) -> None:
     tok = AutoTokenizer.from_pretrained(tiny_llama)
-    prompts = pad_batch([prompt_ids(tok, [{"role": "user", "content": "Compute 2 + 3."}])] * 2, tok.pad_token_id, left=True)
+    prompts = pad_batch(
+        [prompt_ids(tok, [{"role": "user", "content": "Compute 2 + 3."}])] * 2, tok.pad_token_id, left=True
+    )
     cfg = {"max_new_tokens": 6, "temperature": 1.0, "top_p": 1.0, "seed": 11}
     a, b = policy.generate(prompts, cfg), policy.generate(prompts, cfg)
     assert torch.equal(a["output_ids"], b["output_ids"])

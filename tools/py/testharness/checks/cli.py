@@ -86,7 +86,7 @@ def render_plain(results: Sequence[CheckResult], file: TextIO | None = None) -> 
     out = file or sys.stdout
     print("Metric Checks", file=out)
     for row in rows:
-        print(" | ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip(), file=out)
+        print(" | ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)).rstrip(), file=out)
 
 
 def json_report(metrics_file: str, results: Sequence[CheckResult]) -> dict[str, Any]:
@@ -112,7 +112,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 DESCRIPTION = "Evaluate metric checks (Python expressions over `data`) against a metrics JSON."
 EPILOG = (
-    "Example: %(prog)s metrics.json 'data[\"train/loss\"][\"9\"] < 1500' "
+    'Example: %(prog)s metrics.json \'data["train/loss"]["9"] < 1500\' '
     "'mean(data[\"train/loss\"], -3) < 0.5'. Functions: " + ", ".join(function_names()) + "."
 )
 
@@ -136,9 +136,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json_out:
         try:
             # NaN values stay visible (as NaN); anything json cannot encode is written as its repr.
-            write_json_atomic(
-                args.json_out, json_report(str(args.metrics), results), allow_nan=True, default=safe_repr
-            )
+            write_json_atomic(args.json_out, json_report(str(args.metrics), results), allow_nan=True, default=safe_repr)
         except OSError as exc:
             print(f"error: cannot write {args.json_out}: {exc}", file=sys.stderr)
             return 2

@@ -128,12 +128,8 @@ def _check_node(node: ast.AST, parent: ast.AST | None) -> None:
         if node.id in ALLOWED_FUNCTIONS:
             if isinstance(parent, ast.Call) and parent.func is node:
                 return
-            raise Refused(
-                f"function '{node.id}' can only be called, not used as a value"
-            )
-        raise Refused(
-            f"name '{node.id}' is not allowed (only 'data' and calls of {_func_list()})"
-        )
+            raise Refused(f"function '{node.id}' can only be called, not used as a value")
+        raise Refused(f"name '{node.id}' is not allowed (only 'data' and calls of {_func_list()})")
     if isinstance(node, ast.Subscript):
         root: ast.AST = node
         while isinstance(root, ast.Subscript):
@@ -158,15 +154,9 @@ def _check_node(node: ast.AST, parent: ast.AST | None) -> None:
         for op in node.ops:
             if type(op) not in _CMPOPS:
                 symbol = (
-                    "is not"
-                    if isinstance(op, ast.IsNot)
-                    else "is"
-                    if isinstance(op, ast.Is)
-                    else type(op).__name__
+                    "is not" if isinstance(op, ast.IsNot) else "is" if isinstance(op, ast.Is) else type(op).__name__
                 )
-                raise Refused(
-                    f"comparison '{symbol}' is not allowed (only < <= > >= == != in, not in)"
-                )
+                raise Refused(f"comparison '{symbol}' is not allowed (only < <= > >= == != in, not in)")
         return
     if isinstance(node, ast.Call):
         func = node.func
@@ -203,9 +193,7 @@ def _validate(tree: ast.Expression) -> ast.Compare | None:
         if count > MAX_NODES:
             raise Refused(f"expression is too large (more than {MAX_NODES} nodes)")
         if depth > MAX_DEPTH:
-            raise Refused(
-                f"expression is nested too deeply (more than {MAX_DEPTH} levels)"
-            )
+            raise Refused(f"expression is nested too deeply (more than {MAX_DEPTH} levels)")
         _check_node(node, parent)
         if first_compare is None and isinstance(node, ast.Compare):
             first_compare = node
@@ -260,11 +248,7 @@ class _Evaluator:
             operand = self.value_of(node.operand)
             if isinstance(node.op, ast.Not):
                 return not self.truth(operand)
-            return (
-                operator.neg(operand)
-                if isinstance(node.op, ast.USub)
-                else operator.pos(operand)
-            )
+            return operator.neg(operand) if isinstance(node.op, ast.USub) else operator.pos(operand)
         if isinstance(node, ast.BoolOp):
             is_and = isinstance(node.op, ast.And)
             result: Any = None
@@ -282,11 +266,7 @@ class _Evaluator:
             assert isinstance(node.func, ast.Name)
             func = ALLOWED_FUNCTIONS[node.func.id]
             args = [self.value_of(a) for a in node.args]
-            kwargs = {
-                kw.arg: self.value_of(kw.value)
-                for kw in node.keywords
-                if kw.arg is not None
-            }
+            kwargs = {kw.arg: self.value_of(kw.value) for kw in node.keywords if kw.arg is not None}
             return func(*args, **kwargs)
         # Unreachable after _validate; kept so a gap in the whitelist cannot evaluate.
         raise Refused(f"{_describe(node)} is not allowed")
@@ -295,11 +275,9 @@ class _Evaluator:
         left = self.value_of(node.left)
         if node is self.value_node:
             self.value, self.value_set = left, True
-        for op, right_node in zip(node.ops, node.comparators):
+        for op, right_node in zip(node.ops, node.comparators, strict=True):
             right = self.value_of(right_node)
-            if not isinstance(op, (ast.In, ast.NotIn)) and (
-                _is_nan(left) or _is_nan(right)
-            ):
+            if not isinstance(op, (ast.In, ast.NotIn)) and (_is_nan(left) or _is_nan(right)):
                 self.nan_seen = True
                 return False  # every comparison with NaN fails, `!=` included
             if not bool(_CMPOPS[type(op)](left, right)):
@@ -320,14 +298,8 @@ def _guard_size(op: ast.operator, left: Any, right: Any) -> None:
         raise ValueError(f"integer result too large (more than {MAX_INT_BITS} bits)")
     if isinstance(op, ast.Mult):
         for a, b in ((left, right), (right, left)):
-            if (
-                isinstance(a, seq)
-                and isinstance(b, int)
-                and len(a) * b > MAX_SEQUENCE_RESULT
-            ):
-                raise ValueError(
-                    f"result too large (more than {MAX_SEQUENCE_RESULT} items)"
-                )
+            if isinstance(a, seq) and isinstance(b, int) and len(a) * b > MAX_SEQUENCE_RESULT:
+                raise ValueError(f"result too large (more than {MAX_SEQUENCE_RESULT} items)")
     if (
         isinstance(op, ast.Add)
         and isinstance(left, seq)

@@ -64,21 +64,15 @@ def _series_items(value: Any, name: str) -> list[tuple[int, float]]:
             try:
                 k = int(step)
             except (TypeError, ValueError):
-                raise ValueError(
-                    f"{name}: step keys must be integers, got {step!r}"
-                ) from None
+                raise ValueError(f"{name}: step keys must be integers, got {step!r}") from None
             pairs.append((k, float(v)))
         return pairs
     if isinstance(value, (list, tuple)):
         return [(i, float(v)) for i, v in enumerate(value, start=1)]
-    raise TypeError(
-        f"{name}: expected a metric series ({{step: value}}), got {type(value).__name__}"
-    )
+    raise TypeError(f"{name}: expected a metric series ({{step: value}}), got {type(value).__name__}")
 
 
-def _select_range(
-    value: Any, range_start: float, range_end: float, name: str
-) -> list[float]:
+def _select_range(value: Any, range_start: float, range_end: float, name: str) -> list[float]:
     """Values whose step k satisfies range_start <= k < range_end (negative/<=0 from the end)."""
     items = _series_items(value, name)
     # "last step" is the highest step present: a series resumed at step 50 still works.
@@ -97,9 +91,7 @@ def _select_range(
     return vals
 
 
-def mean(
-    value: Any, range_start: float = 1, range_end: float = 0, ignore_top_p: float = 0.0
-) -> float:
+def mean(value: Any, range_start: float = 1, range_end: float = 0, ignore_top_p: float = 0.0) -> float:
     """Mean over steps range_start <= k < range_end, optionally dropping the top fraction.
 
     range_end <= 0 means "last step + 1 + range_end" (0: up to the last step included);
@@ -108,9 +100,7 @@ def mean(
     at least one.
     """
     if not 0.0 <= ignore_top_p <= 1.0:
-        raise ValueError(
-            f"ignore_top_p must be between 0.0 and 1.0, got {ignore_top_p}"
-        )
+        raise ValueError(f"ignore_top_p must be between 0.0 and 1.0, got {ignore_top_p}")
     vals = _select_range(value, range_start, range_end, "mean")
     if ignore_top_p > 0.0:
         keep = builtins.max(1, int(len(vals) * (1.0 - ignore_top_p)))

@@ -30,8 +30,7 @@ class SelectConfig:
     def fingerprint(self) -> str:
         """Stable text that changes when a key that shapes the graph changes."""
         return "|".join(
-            ",".join(part)
-            for part in (self.source_packages, self.source_roots, self.test_roots, self.test_patterns)
+            ",".join(part) for part in (self.source_packages, self.source_roots, self.test_roots, self.test_patterns)
         )
 
 

@@ -88,7 +88,9 @@ class RemoteSelector:
         self.files = files
 
     # -- graph -----------------------------------------------------------------------
-    def _graph(self, digests: dict[str, str], files: dict[str, str], old: store.MapData | None) -> tuple[Graph, store.MapData, bool]:
+    def _graph(
+        self, digests: dict[str, str], files: dict[str, str], old: store.MapData | None
+    ) -> tuple[Graph, store.MapData, bool]:
         """Graph for the current tree, reusing the old map's parse cache and deps."""
         fp = self.cfg.fingerprint()
         if old is not None and old.config == fp and old.files == digests and set(old.deps) == set(digests):
@@ -220,7 +222,9 @@ class RemoteSelector:
                 bits |= graph.bits_of({tfile})  # its file is gone: the test must show what that does
                 continue
             fbits = graph.bits_of({rel})
-            if fbits & content and (fbits & imports or self.unit_digests(plan, rel).get(qualname, NOT_A_FUNCTION) != digest):
+            if fbits & content and (
+                fbits & imports or self.unit_digests(plan, rel).get(qualname, NOT_A_FUNCTION) != digest
+            ):
                 bits |= fbits
         return bits
 
@@ -316,7 +320,11 @@ class RemoteSelector:
             elif entry.path in plan.digests:
                 digest = self.unit_digests(plan, entry.path).get(entry.qualname)
                 # Module level and class bodies: import-time code, which import digests cover.
-                out.add(RanFunction(entry.path, entry.qualname, digest) if digest else RanFunction(entry.path, MODULE_LEVEL, NOT_A_FUNCTION))
+                out.add(
+                    RanFunction(entry.path, entry.qualname, digest)
+                    if digest
+                    else RanFunction(entry.path, MODULE_LEVEL, NOT_A_FUNCTION)
+                )
             else:
                 out.add(SentModule(entry.path))
         return sorted_reach(out)

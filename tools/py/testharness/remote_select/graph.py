@@ -193,7 +193,7 @@ def _is_type_checking(test: ast.expr) -> bool:
 
 
 def _ancestor_dirs(rel_dir: str) -> list[str]:
-    """"a/b" -> ["", "a", "a/b"]."""
+    """ "a/b" -> ["", "a", "a/b"]."""
     out = [""]
     if rel_dir:
         parts = rel_dir.split("/")
@@ -408,7 +408,7 @@ def build_graph(
             found += [c for c in chain[0] if c != rel]
             phantoms += chain[1]
         raw.append((found, phantoms))
-    for rel, (found, phantoms) in zip(files, raw):
+    for rel, (found, phantoms) in zip(files, raw, strict=True):
         own = index[rel]
         d = {index[f] for f in found}
         d.update(node(p) for p in phantoms)

@@ -210,13 +210,20 @@ class ReachRecorder:
             recorder._tracing = True
             return args, dict(kwargs, runtime_env=env)
 
-        def on_create(handle: Any, actor_class: Any, args: Any = None, kwargs: Any = None, *_: Any, **options: Any) -> None:
+        def on_create(
+            handle: Any, actor_class: Any, args: Any = None, kwargs: Any = None, *_: Any, **options: Any
+        ) -> None:
             meta = getattr(actor_class, "__ray_metadata__", None)
             cls = getattr(meta, "modified_class", None)
             module = getattr(cls, "__module__", None) or type(actor_class).__module__
             path = getattr(sys.modules.get(module), "__file__", None)
             actor = None
-            if recorder._tracing and path and _runs_calls_in_order(cls, meta, options) and hasattr(handle, "_ray_actor_id"):
+            if (
+                recorder._tracing
+                and path
+                and _runs_calls_in_order(cls, meta, options)
+                and hasattr(handle, "_ray_actor_id")
+            ):
                 actor = handle._ray_actor_id.hex()
                 # `get_if_exists` may hand back an actor already known
                 recorder.book.track(actor, module, os.path.realpath(path))
@@ -232,8 +239,12 @@ class ReachRecorder:
                 recorder.ending(handle)  # its exit runs no call of ours: nothing to charge
                 return
             descriptor = getattr(handle, "_ray_actor_creation_function_descriptor", None)
-            recorder.note_remote([getattr(descriptor, "module_name", None)], args, kwargs,
-                                 actor=aid if aid in recorder.book.actors else None)
+            recorder.note_remote(
+                [getattr(descriptor, "module_name", None)],
+                args,
+                kwargs,
+                actor=aid if aid in recorder.book.actors else None,
+            )
 
         def on_task(function: Any, args: Any = None, kwargs: Any = None, *_: Any, **__: Any) -> None:
             recorder.note_remote([getattr(getattr(function, "_function", None), "__module__", None)], args, kwargs)

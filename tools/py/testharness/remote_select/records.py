@@ -128,7 +128,9 @@ def _function_facts(value: Any) -> FunctionFacts:
     qualname, digest, kind, calls = value
     if kind not in (CALL_TIME, ALWAYS, OWN_BODY) or isinstance(kind, bool):
         raise RecordError(f"function kind must be 0, 1 or 2, got {kind!r}")
-    return FunctionFacts(_str(qualname, "a function name"), _str(digest, "a body digest"), kind, _str_list(calls, "calls"))
+    return FunctionFacts(
+        _str(qualname, "a function name"), _str(digest, "a body digest"), kind, _str_list(calls, "calls")
+    )
 
 
 def parse_parsed_file(value: Any) -> ParsedFile:

@@ -54,6 +54,7 @@ class StateFiles(NamedTuple):
     def of(cls, settings: Settings) -> StateFiles:
         return cls(settings.remote_map_file, settings.remote_state_file)
 
+
 MAP_FORMAT = "testharness.remote_select.map"
 STATE_FORMAT = "testharness.remote_select.state"
 VERSION = 3  # of the state file
@@ -74,7 +75,10 @@ def _load(path: Path, fmt: str, version: int) -> tuple[dict[str, Any] | None, st
         try:
             moved = move_aside(path, timestamp())
         except OSError as exc:
-            return None, f"{path.name} is {what} and could not be moved aside ({exc.strerror or exc}); remove it by hand"
+            return (
+                None,
+                f"{path.name} is {what} and could not be moved aside ({exc.strerror or exc}); remove it by hand",
+            )
         return None, f"{path.name} is {what}; moved it to {moved.name}, rebuilding it"
     try:
         text = path.read_text(encoding="utf-8")

@@ -178,7 +178,7 @@ def _report(state: Any) -> dict[str, Any]:
             real[path] = os.path.realpath(path) if os.path.isabs(path) else ""
         path = real[path]
         if path.startswith(root) and THIRD_PARTY not in path:
-            rel = path[len(root):].replace(os.sep, "/")
+            rel = path[len(root) :].replace(os.sep, "/")
             units.add(rel + "::" + code.co_qualname.split(".<locals>", 1)[0])
     return {"units": sorted(units), "escaped": state.escaped}
 

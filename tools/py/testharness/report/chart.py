@@ -198,7 +198,7 @@ def chart_scene(trend: Trend, caption: str | None = None, width: int = WIDTH, he
     if caption:
         shapes.append(Label(left, MARGIN_TOP + 4, caption, "caption"))
     shapes.append(Rect(left, top, plot_w, plot_h, "plot-bg"))
-    for tick, text in zip(ticks, format_ticks(ticks)):
+    for tick, text in zip(ticks, format_ticks(ticks), strict=True):
         y = y_of(tick)
         shapes.append(Line(left, y, left + plot_w, y, "grid"))
         shapes.append(Label(left - 6, round(y + 4, 1), text, "ytick"))
@@ -206,15 +206,15 @@ def chart_scene(trend: Trend, caption: str | None = None, width: int = WIDTH, he
     if best is not None and len(values) > 1:
         shapes.append(Line(left, y_of(best), left + plot_w, y_of(best), "best"))
     last_label_x = -math.inf
-    for i, (x, point) in enumerate(zip(xs, trend.points)):
+    for i, (x, point) in enumerate(zip(xs, trend.points, strict=True)):
         if x - last_label_x >= MIN_LABEL_GAP or i == len(xs) - 1:
             last_label_x = x
             shapes.append(Label(x, top + plot_h + 12, point.run.short_commit, "xtick", rotate=40))
     first, last = trend.points[0].run.start_time, trend.points[-1].run.start_time
     shapes.append(Label(left, height - 6, first, "xrange"))
     shapes.append(Label(left + plot_w, height - 6, last, "xrange end"))
-    shapes.append(Polyline(tuple(zip(xs, ys)), "series"))
-    for i, (x, y, point) in enumerate(zip(xs, ys, trend.points)):
+    shapes.append(Polyline(tuple(zip(xs, ys, strict=True)), "series"))
+    for i, (x, y, point) in enumerate(zip(xs, ys, trend.points, strict=True)):
         flagged = i == len(xs) - 1 and trend.flagged
         tip = f"{point.run.short_commit} · {point.run.start_time} · {format_value(point.value)}"
         shapes.append(Dot(x, y, 4, "pt flagged" if flagged else "pt", tip))

@@ -72,7 +72,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--flagged-only", action="store_true", help="list only flagged metrics in the table")
     parser.add_argument("--html", metavar="OUT.html", help="write a self-contained HTML page with one chart per metric")
-    parser.add_argument("--png", metavar="DIR", help="write one PNG chart per metric into DIR (the same charts as the HTML page; needs matplotlib)")
+    parser.add_argument(
+        "--png",
+        metavar="DIR",
+        help="write one PNG chart per metric into DIR (the same charts as the HTML page; needs matplotlib)",
+    )
     parser.add_argument(
         "--check", action="store_true", help="exit 1 when a metric is flagged or a test is flaky (for CI)"
     )

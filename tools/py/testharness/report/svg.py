@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from html import escape
 
-from testharness.report.chart import STYLES, Dot, Label, Line, Polyline, Rect, Scene, Shape
+from testharness.report.chart import STYLES, Dot, Line, Polyline, Rect, Scene, Shape
 
 
 def _style_attrs(cls: str) -> str:
