@@ -120,8 +120,10 @@ def _results(root: Path) -> dict[str, Any]:
 
 def _start(cmd: list[str], root: Path, background_job: bool = False) -> subprocess.Popen[str]:
     def interactive_like() -> None:
-        # A background job of a non-interactive shell inherits SIGINT ignored; a terminal
-        # user's pytest does not. os.setsid: the run's processes are findable by session.
+        # A background job of a non-interactive shell inherits SIGINT ignored (and, under
+        # nohup, SIGHUP); a terminal user's pytest does not: reset them whatever runs this
+        # test. os.setsid: the run's processes are findable by session.
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_IGN if background_job else signal.SIG_DFL)
         os.setsid()
 
