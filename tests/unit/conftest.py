@@ -16,7 +16,35 @@ UNIT_DIR = Path(__file__).resolve().parent
 # tests start, here or in a subprocess, runs its workers at normal priority (nemo_rl's
 # start_local_ray does the same for the clusters it starts).
 os.environ.setdefault("RAY_worker_niceness", "0")
+# Under `uv run`, Ray would start every worker from a uv-built copy of the project (the
+# working directory packed, a venv made per job): the tests want this interpreter and
+# environment, as-is (and coverage follows workers only then).
+os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 ASSETS = UNIT_DIR / "test_assets"
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    # -n support (the shared Ray cluster, `uses_cuda`) lives in testharness.parallel; load it
+    # here too while the harness's plugin list does not name it (import_plugin: never twice).
+    pluginmanager.import_plugin("testharness.parallel")
+
+
+def session_cpus(workers: int) -> int:
+    """Logical CPUs for the Ray cluster that `workers` xdist workers share. A worker group
+    reserves 0.5-1 CPU per policy worker and a test module may hold one group in a fixture
+    while its test builds another: with only one CPU per core, two workers' fixtures can each
+    wait for the CPUs the other holds. Reservations here are bookkeeping, not load."""
+    return max(os.cpu_count() or 1, 4 * workers)
+
+
+def pytest_testharness_start_ray(config: pytest.Config, workers: int) -> str:
+    """The Ray cluster of a `-n` run, started by the xdist controller with the library's own
+    start-up (retried on a busy machine). Idle Ray workers are not prestarted per logical
+    CPU: the tests start actors, each in a worker process of its own."""
+    from nemo_rl.distributed.ray_cluster import init_ray
+
+    info = init_ray(num_cpus=session_cpus(workers), system_config={"prestart_worker_first_driver": False})
+    return info.address
 
 
 @pytest.fixture(scope="session")

@@ -41,7 +41,7 @@ GRPO_YAML = EXAMPLES / "configs" / "grpo_math.yaml"
 
 if str(EXAMPLES) not in sys.path:  # as when run as a script: the helper sits beside it
     sys.path.insert(0, str(EXAMPLES))
-import _cli
+import _cli  # noqa: E402
 
 
 @pytest.fixture
@@ -142,12 +142,13 @@ def test_count_records(tmp_path: Path) -> None:
 
 def test_describe_failure_of_driver_errors() -> None:
     assert _cli.describe_failure(ValueError("batch size 64 exceeds the data set size 50\nmore")) == (
-        "ValueError: batch size 64 exceeds the data set size 50")
+        "ValueError: batch size 64 exceeds the data set size 50"
+    )
     try:
         try:
             raise KeyError("lr")
         except KeyError:
-            raise RuntimeError("the message meant for the user")
+            raise RuntimeError("the message meant for the user")  # noqa: B904  (the chained cause is the point)
     except RuntimeError as e:
         assert _cli.describe_failure(e) == "RuntimeError: the message meant for the user"
 
@@ -170,25 +171,54 @@ def test_describe_failure_of_ray_errors() -> None:
     from ray.exceptions import ActorDiedError, RayTaskError
 
     tb = 'Traceback (most recent call last):\n  File "w.py", line 3, in train\nValueError: loss is nan\n'
-    task = RayTaskError("train", tb, ValueError("loss is nan"), proctitle="ray::DTensorPolicyWorker.train",
-                        pid=7, ip="127.0.0.1", actor_repr="<worker>", actor_id="ab12")
+    task = RayTaskError(
+        "train",
+        tb,
+        ValueError("loss is nan"),
+        proctitle="ray::DTensorPolicyWorker.train",
+        pid=7,
+        ip="127.0.0.1",
+        actor_repr="<worker>",
+        actor_id="ab12",
+    )
     assert _cli.describe_failure(task.as_instanceof_cause()) == (
-        "policy worker (DTensorPolicyWorker.train) failed: ValueError: loss is nan")
+        "policy worker (DTensorPolicyWorker.train) failed: ValueError: loss is nan"
+    )
     init_tb = tb.replace("in train", "in __init__").replace("loss is nan", "Invalid learning rate: -0.001")
-    init = RayTaskError("__init__", init_tb, ValueError("Invalid learning rate: -0.001"),
-                        proctitle="ray::DTensorPolicyWorker.__init__", pid=7, ip="127.0.0.1", actor_repr="<w>",
-                        actor_id="ab12")
+    init = RayTaskError(
+        "__init__",
+        init_tb,
+        ValueError("Invalid learning rate: -0.001"),
+        proctitle="ray::DTensorPolicyWorker.__init__",
+        pid=7,
+        ip="127.0.0.1",
+        actor_repr="<w>",
+        actor_id="ab12",
+    )
     assert _cli.describe_failure(ActorDiedError(init)) == (
-        "policy worker (DTensorPolicyWorker.__init__) failed: ValueError: Invalid learning rate: -0.001")
-    env = RayTaskError("score", tb, KeyError("answer"), proctitle="ray::MathEnvironment.score", pid=8,
-                       ip="127.0.0.1", actor_repr="<env>", actor_id="cd34")
+        "policy worker (DTensorPolicyWorker.__init__) failed: ValueError: Invalid learning rate: -0.001"
+    )
+    env = RayTaskError(
+        "score",
+        tb,
+        KeyError("answer"),
+        proctitle="ray::MathEnvironment.score",
+        pid=8,
+        ip="127.0.0.1",
+        actor_repr="<env>",
+        actor_id="cd34",
+    )
     assert _cli.describe_failure(env.as_instanceof_cause()) == (
-        "math environment (MathEnvironment.score) failed: KeyError: 'answer'")
+        "math environment (MathEnvironment.score) failed: KeyError: 'answer'"
+    )
     died = ActorDiedError()
-    died.error_msg = ("The actor died unexpectedly before finishing this task.\n\tclass_name: DTensorPolicyWorker\n"
-                      "\tpid: 7\nThe actor is dead because its worker process has died.")
+    died.error_msg = (
+        "The actor died unexpectedly before finishing this task.\n\tclass_name: DTensorPolicyWorker\n"
+        "\tpid: 7\nThe actor is dead because its worker process has died."
+    )
     assert _cli.describe_failure(died) == (
-        "policy worker (DTensorPolicyWorker) failed: The actor is dead because its worker process has died.")
+        "policy worker (DTensorPolicyWorker) failed: The actor is dead because its worker process has died."
+    )
 
 
 def test_traceback_goes_to_the_log_dir_or_a_temp_file(tmp_path: Path) -> None:
@@ -222,7 +252,9 @@ def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
 
 
-def run_script(script: str, *args: str, probe: Path | None = None, timeout: float = 120) -> tuple[subprocess.CompletedProcess[str], float]:
+def run_script(
+    script: str, *args: str, probe: Path | None = None, timeout: float = 120
+) -> tuple[subprocess.CompletedProcess[str], float]:
     cmd = [sys.executable, str(EXAMPLES / script), *args]
     if probe is not None:
         cmd = [sys.executable, "-c", _PROBE, str(EXAMPLES / script), str(probe), *args]
@@ -243,8 +275,9 @@ def run_script(script: str, *args: str, probe: Path | None = None, timeout: floa
         ("run_grpo_math.py", "policy.init_from_sft=/nonexistent/ckpt", "policy.init_from_sft does not exist"),
     ],
 )
-def test_bad_config_is_refused_before_anything_starts(in_repo: Path, tmp_path: Path, tracker: Any,
-                                                      script: str, override: str, fragment: str) -> None:
+def test_bad_config_is_refused_before_anything_starts(
+    in_repo: Path, tmp_path: Path, tracker: Any, script: str, override: str, fragment: str
+) -> None:
     probe = tmp_path / "imported.json"
     proc, elapsed = run_script(script, override, probe=probe)
     tracker.track("elapsed_s", round(elapsed, 2))
@@ -258,8 +291,11 @@ def test_bad_config_as_a_user_runs_it(in_repo: Path) -> None:
     proc, _ = run_script("run_sft.py", "policy.model_name=/nonexistent/model")
     assert (proc.returncode, proc.stdout) == (2, "")
     assert proc.stderr.splitlines() == [
-        ("error: policy.model_name does not exist: /nonexistent/model "
-         "(a local model folder, or a Hugging Face Hub id such as org/name)")]
+        (
+            "error: policy.model_name does not exist: /nonexistent/model "
+            "(a local model folder, or a Hugging Face Hub id such as org/name)"
+        )
+    ]
 
 
 def test_check_config_checks_and_exits(in_repo: Path) -> None:
@@ -291,33 +327,54 @@ def _group_members(pgid: int) -> list[int]:
     return members
 
 
+@pytest.mark.uses_cuda  # its own Ray cluster, outside the shared one's GPU accounting
 def test_worker_error_is_one_line_with_the_traceback_in_a_log(in_repo: Path, tmp_path: Path, tiny_llama: str) -> None:
     """A model folder that passes the checks but whose weights are corrupt: the worker fails."""
     model = tmp_path / "model"
     shutil.copytree(tiny_llama, model)
     (model / "model.safetensors").write_bytes(b"\x00\x01 not a safetensors file " * 4)
     logs = tmp_path / "logs"
-    proc, _ = run_script("run_sft.py", f"policy.model_name={model}", f"logger.log_dir={logs}",
-                         "checkpointing.enabled=false", "logger.monitor_gpus=false", timeout=400)
+    proc, _ = run_script(
+        "run_sft.py",
+        f"policy.model_name={model}",
+        f"logger.log_dir={logs}",
+        "checkpointing.enabled=false",
+        "logger.monitor_gpus=false",
+        timeout=400,
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, proc.stderr
     assert errors[0].startswith("error: policy worker (DTensorPolicyWorker.__init__) failed: SafetensorError: ")
     assert errors[0].endswith(f" (traceback: {logs / 'error.log'})")
     assert "Traceback" not in proc.stdout + proc.stderr
-    ours = [line for line in proc.stderr.splitlines() if line.strip() and not _RAY_PREFIX.match(line)
-            and " -- " not in line]  # Ray's own log lines: "<date> INFO worker.py:N -- ..."
+    ours = [
+        line for line in proc.stderr.splitlines() if line.strip() and not _RAY_PREFIX.match(line) and " -- " not in line
+    ]  # Ray's own log lines: "<date> INFO worker.py:N -- ..."
     assert ours == errors
     log = (logs / "error.log").read_text()
     assert "Traceback (most recent call last)" in log and "dtensor_policy_worker.py" in log
 
 
+@pytest.mark.uses_cuda  # its own Ray cluster, outside the shared one's GPU accounting
 def test_ctrl_c_stops_cleanly(in_repo: Path, tmp_path: Path) -> None:
     """SIGINT to the process group, as a terminal sends it, once training has started."""
     proc = subprocess.Popen(
-        [sys.executable, str(EXAMPLES / "run_sft.py"), "sft.max_num_steps=100000", "sft.val_period=0",
-         f"logger.log_dir={tmp_path / 'logs'}", "checkpointing.enabled=false", "logger.monitor_gpus=false"],
-        cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        [
+            sys.executable,
+            str(EXAMPLES / "run_sft.py"),
+            "sft.max_num_steps=100000",
+            "sft.val_period=0",
+            f"logger.log_dir={tmp_path / 'logs'}",
+            "checkpointing.enabled=false",
+            "logger.monitor_gpus=false",
+        ],
+        cwd=ROOT,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
     )
     lines: queue.Queue[str | None] = queue.Queue()
 

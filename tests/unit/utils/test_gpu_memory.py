@@ -9,6 +9,7 @@ GIB = 2**30
 
 
 @pytest.mark.num_gpus(1)
+@pytest.mark.uses_cuda  # under -n no Ray actor is on the GPUs while it measures
 def test_tracker_sees_gpu_memory_grow_in_the_test_process(tracker) -> None:
     import torch
 
@@ -25,6 +26,9 @@ def test_tracker_sees_gpu_memory_grow_in_the_test_process(tracker) -> None:
 
 @ray.remote(num_gpus=1)
 class _Holder:
+    def ready(self) -> bool:
+        return True
+
     def hold(self, gib: int) -> int:
         import torch
 
@@ -35,8 +39,9 @@ class _Holder:
 
 @pytest.mark.num_gpus(1)
 def test_tracker_sees_memory_held_by_a_ray_actor(ray_cluster, tracker) -> None:
-    before = tracker.get_max_mem()
     holder = _Holder.remote()  # type: ignore[attr-defined]
+    ray.get(holder.ready.remote())  # it holds its GPU now: under -n, no other test's actor is there
+    before = tracker.get_max_mem()
     ray.get(holder.hold.remote(8))
     growth = tracker.get_max_mem() - before
     tracker.track("growth_mib", growth)

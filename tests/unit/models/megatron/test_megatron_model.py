@@ -18,7 +18,8 @@ from nemo_rl.models.megatron.model import (
 )
 from tests.unit.models.megatron.conftest import device
 
-pytestmark = [pytest.mark.mcore, pytest.mark.filterwarnings("ignore::UserWarning")]
+# megatron_single_rank runs CUDA in the test process: uses_cuda keeps Ray actors off the GPUs meanwhile (-n).
+pytestmark = [pytest.mark.mcore, pytest.mark.uses_cuda, pytest.mark.filterwarnings("ignore::UserWarning")]
 
 # float32 on both sides; the two implementations differ only in the order of floating-point
 # operations (fused qkv matmul, RMSNorm kernel), so logits agree to ~1e-6 on the tiny models.
@@ -44,8 +45,9 @@ def compare(hf_path: str, input_ids: torch.Tensor, attn: torch.Tensor) -> tuple[
 
 
 @pytest.mark.parametrize("model", ["tiny_llama", "tiny_qwen2"])
-def test_converted_logits_match_transformers(megatron_single_rank: None, model: str, request: pytest.FixtureRequest,
-                                             tracker) -> None:
+def test_converted_logits_match_transformers(
+    megatron_single_rank: None, model: str, request: pytest.FixtureRequest, tracker
+) -> None:
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(4, 1000, (3, 24), generator=g)
     attn = torch.ones_like(ids)

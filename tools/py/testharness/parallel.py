@@ -1,0 +1,279 @@
+"""`-n N` (pytest-xdist): every worker on ONE Ray cluster, GPUs handed out by Ray.
+
+The controller (the process that runs `pytest -n N`) starts the Ray cluster before xdist
+spawns its workers, or joins the one in RAY_ADDRESS, and exports its address as RAY_ADDRESS:
+every worker's `ray.init()` joins it, so Ray's resource accounting places every actor of
+every test (a GPU actor waits for a free GPU; two never share one). The controller stops the
+cluster it started when the run ends. How to start it is the project's choice: implement
+`pytest_testharness_start_ray(config, workers)` in a conftest (return the address) to use
+its own start-up (retries, sizing); otherwise `ray.init(address="local")`.
+
+Placement of what Ray does not see:
+
+- `@pytest.mark.uses_cuda`: the test uses GPUs outside Ray's accounting (CUDA in the test
+  process, or a child process with a Ray cluster of its own). Under -n, when this node has
+  GPUs, the test holds every GPU of this node in the shared cluster while it runs (a
+  zero-CPU placeholder actor asking for them), so no actor of another test is placed on a
+  GPU it uses; it waits for them like an actor would (TESTHARNESS_GPU_LEASE_TIMEOUT_S, 600).
+- `@pytest.mark.run_first`: under -n no other test starts before every selected run_first
+  test has finished (they are first in every worker's queue, so none waits on itself).
+
+Module and session fixtures are built once per worker: by default the controller
+distributes whole test files (`--dist loadfile`; pass `--dist` to choose), so a module
+fixture (a policy worker holding a GPU) lives on one worker and never waits on a copy of
+itself on another. Results, metrics, testmon and sharding under -n are the other plugins'
+business (the controller writes; workers send what they measured with their reports).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+WORKERINPUT_KEY = "testharness_parallel"
+LEASE_TIMEOUT_ENV = "TESTHARNESS_GPU_LEASE_TIMEOUT_S"
+RUN_FIRST_TIMEOUT_S = 3600.0  # a run_first test that never ends is the run's failure, not ours
+
+
+class StartRaySpec:
+    @pytest.hookspec(firstresult=True)
+    def pytest_testharness_start_ray(self, config: pytest.Config, workers: int) -> str | None:
+        """Start (or join) the Ray cluster that the `workers` xdist workers of this run share,
+        in this process; return its address. None: the harness starts a default one."""
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(StartRaySpec)
+
+
+# --- the core: barrier files and lease sizes (no pytest, no Ray) ---------------------------
+
+
+def done_marker(shared_dir: Path, nodeid: str) -> Path:
+    """The file a worker touches when the run_first test `nodeid` has finished."""
+    import hashlib
+
+    return shared_dir / f"run_first_{hashlib.sha1(nodeid.encode()).hexdigest()[:16]}.done"
+
+
+def wait_for_markers(markers: list[Path], timeout_s: float, poll_s: float = 0.2) -> list[Path]:
+    """Wait until every file exists; return those still missing after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        missing = [m for m in markers if not m.exists()]
+        if not missing or time.monotonic() >= deadline:
+            return missing
+        time.sleep(poll_s)
+
+
+def lease_timeout_s(env: dict[str, str]) -> float:
+    raw = env.get(LEASE_TIMEOUT_ENV, "").strip()
+    try:
+        value = float(raw) if raw else 600.0
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise pytest.UsageError(f"{LEASE_TIMEOUT_ENV}={raw!r}: expected a number of seconds greater than 0")
+    return value
+
+
+# --- the controller ------------------------------------------------------------------------
+
+
+@dataclass
+class _Run:
+    workers: int
+    shared_dir: Path
+    address: str = ""
+    started_here: bool = False  # this process started the cluster (and stops it)
+    gpus: int = 0
+
+
+_RUN = pytest.StashKey[_Run]()
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def _distributes(config: pytest.Config) -> bool:
+    """This process is an xdist controller that will run tests in workers."""
+    if _is_worker(config) or not config.pluginmanager.hasplugin("xdist"):
+        return False
+    if config.getoption("dist", "no") == "no" or not config.getoption("numprocesses", 0):
+        return False
+    return not (config.option.collectonly or config.getoption("shard_plan", False))
+
+
+def _gave_dist(config: pytest.Config) -> bool:
+    args = [*config.invocation_params.args, *os.environ.get("PYTEST_ADDOPTS", "").split()]
+    return any(a == "-d" or a.startswith("--dist") for a in args)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "uses_cuda: uses GPUs outside Ray's accounting (CUDA in the test process, or a child "
+        "with its own Ray); under -n it holds every GPU of this node in the shared cluster",
+    )
+    if _distributes(config):
+        if config.getoption("dist") == "load" and not _gave_dist(config):
+            config.option.dist = "loadfile"  # module fixtures once per file (see above)
+        workers = int(config.getoption("numprocesses"))
+        config.stash[_RUN] = _Run(workers, Path(tempfile.mkdtemp(prefix="testharness_xdist_")))
+        config.pluginmanager.register(_Controller(config.stash[_RUN]), f"testharness-parallel-{id(config)}")
+    elif _is_worker(config) and WORKERINPUT_KEY in config.workerinput:  # type: ignore[attr-defined]
+        spec = config.workerinput[WORKERINPUT_KEY]  # type: ignore[attr-defined]
+        config.pluginmanager.register(
+            _Worker(Path(spec["dir"]), int(spec["gpus"]), lease_timeout_s(dict(os.environ))),
+            f"testharness-parallel-worker-{id(config)}",
+        )
+
+
+def _default_start(workers: int) -> str:
+    import ray
+
+    ray.init(address="local", include_dashboard=False)
+    return str(ray.get_runtime_context().gcs_address)
+
+
+class _Controller:
+    def __init__(self, run: _Run) -> None:
+        self.run = run
+
+    @pytest.hookimpl(tryfirst=True)  # before xdist's own sessionstart spawns the workers
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        run, config = self.run, session.config
+        try:
+            import ray
+
+            was_connected = ray.is_initialized()
+            address = (
+                os.environ.get("RAY_ADDRESS")
+                or config.hook.pytest_testharness_start_ray(config=config, workers=run.workers)
+                or _default_start(run.workers)
+            )
+            if not ray.is_initialized():
+                ray.init(address=address, log_to_driver=False)
+            run.started_here = not was_connected and not os.environ.get("RAY_ADDRESS")
+            run.address = address
+            run.gpus = int(ray.cluster_resources().get("GPU", 0))
+        except Exception as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            pytest.exit(f"testharness: could not start the Ray cluster for -n: {first}", returncode=3)
+        os.environ["RAY_ADDRESS"] = address  # the workers (spawned next) inherit it
+        _reassert_signal_handlers()
+        where = "started" if run.started_here else "joined"
+        print(f"testharness: {run.workers} xdist workers share the Ray cluster {where} at {address} "
+              f"({run.gpus} GPU(s)); files are distributed with --dist {config.getoption('dist')}")  # fmt: skip
+
+    def pytest_configure_node(self, node: Any) -> None:  # xdist: what each worker receives
+        node.workerinput[WORKERINPUT_KEY] = {"dir": str(self.run.shared_dir), "gpus": self.run.gpus}
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        shutil.rmtree(self.run.shared_dir, ignore_errors=True)
+        if self.run.started_here:
+            import ray
+
+            ray.shutdown()  # stops the cluster this process started
+            os.environ.pop("RAY_ADDRESS", None)
+
+
+def _reassert_signal_handlers() -> None:
+    """ray.init replaced SIGTERM's handler; the harness's interrupt handling wants it back."""
+    interrupts = sys.modules.get("testharness.interrupts")
+    if interrupts is not None:
+        interrupts._reassert()
+
+
+# --- the workers ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Worker:
+    shared_dir: Path
+    gpus: int
+    lease_timeout_s: float
+    run_first: list[str] = field(default_factory=list)
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.run_first = [i.nodeid for i in session.items if i.get_closest_marker("run_first")]
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, Any, Any]:
+        is_first = item.nodeid in self.run_first
+        if self.run_first and not is_first:
+            markers = [done_marker(self.shared_dir, n) for n in self.run_first]
+            wait_for_markers(markers, RUN_FIRST_TIMEOUT_S)
+        lease = self._hold_gpus(item) if item.get_closest_marker("uses_cuda") and self.gpus else None
+        try:
+            return (yield)
+        finally:
+            if lease is not None:
+                _release(lease)
+            if is_first:
+                done_marker(self.shared_dir, item.nodeid).touch()
+
+    def _hold_gpus(self, item: pytest.Item) -> Any:
+        try:
+            return hold_node_gpus(self.lease_timeout_s)
+        except TimeoutError as exc:
+            item.add_marker(pytest.mark.skip(reason=f"uses_cuda: {exc}"))  # reported, never silent
+            return None
+
+
+def hold_node_gpus(timeout_s: float) -> Any:
+    """Ask the shared cluster for every GPU of this node with a placeholder actor and wait
+    until it holds them; TimeoutError (one line) if they did not come free in time."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    if not ray.is_initialized():
+        ray.init(address=os.environ.get("RAY_ADDRESS") or "auto", log_to_driver=False)
+    node_id = ray.get_runtime_context().get_node_id()
+    gpus = next((n["Resources"].get("GPU", 0) for n in ray.nodes() if n["NodeID"] == node_id), 0)
+    if not gpus:
+        return None
+    lease: Any = (
+        ray.remote(num_cpus=0)(_placeholder())
+        .options(num_gpus=gpus, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
+        .remote()
+    )
+    try:
+        ray.get(lease.held.remote(), timeout=timeout_s)
+    except ray.exceptions.GetTimeoutError:
+        ray.kill(lease)
+        raise TimeoutError(
+            f"the {gpus:g} GPU(s) of this node were not free within {timeout_s:g} s; "
+            f"set {LEASE_TIMEOUT_ENV} to wait longer"
+        ) from None
+    return lease
+
+
+def _placeholder() -> type:
+    """Built in a function so cloudpickle ships it by value: Ray workers need not import
+    testharness."""
+
+    class GpuLease:
+        def held(self) -> bool:
+            return True
+
+    return GpuLease
+
+
+def _release(lease: Any) -> None:
+    import ray
+
+    try:
+        ray.kill(lease)
+    except Exception:  # the cluster is going away: nothing left to hold
+        pass
