@@ -1,14 +1,26 @@
-"""Wall time of the default unit suite (`bash tests/run_unit.sh`), with its slowest tests.
+"""Wall time of the default unit suite (`bash tests/run_unit.sh`), serial and with `-n`,
+where the time goes (phases), and whether both runs agree.
 
-Runs the suite ONCE and prints: wall time, pytest's own time, tests per outcome, how many
-Ray clusters were started (one Ray session directory is created per start, counted in a
-fresh RAY_TMPDIR), and the 15 slowest test phases from `--durations=15`.
+Runs the suite once serially and, with `--parallel N` (`auto`, `2`, ...), once more with
+`-n N`, in the same invocation, and prints side by side: wall time, pytest's own time, tests
+per outcome, Ray clusters started (one Ray session directory per start, counted in a fresh
+RAY_TMPDIR), the machine's load before and after, and a phase table. It then compares the
+two results files: the same tests with the same outcomes, or the differences.
 
-    uv run --group test python bench/suite_time.py                 # default configuration
-    uv run --group test python bench/suite_time.py -- -k dtensor   # extra run_unit.sh args
-    python3 bench/suite_time.py --no-uv                            # no uv: python3 + PYTHONPATH
+Phases come from bench/phase_probe (a sitecustomize put first on PYTHONPATH: every process
+of the run, Ray workers and nested pytests included, logs when it was in ray.init, CUDA
+context creation, torch.distributed init, from_pretrained, a worker group's start and
+shutdown, or a nested pytest) and from pytest's own setup/call/teardown durations
+(`--durations=0`). "summed" adds the time of every call in every process (parallel work
+counts several times); "wall covered" is the union of those intervals, i.e. how much of the
+run's wall time had at least one process in that phase.
 
-Results of the run go to a temporary directory (not tests/unit/unit_results), so a bench
+    uv run --group test python bench/suite_time.py                        # serial only
+    uv run --group test python bench/suite_time.py --parallel 2           # serial and -n 2
+    uv run --group test python bench/suite_time.py --parallel auto -- -k dtensor   # extra run_unit.sh args
+    python3 bench/suite_time.py --no-uv --parallel auto                   # no uv: python3 + PYTHONPATH
+
+Results of the runs go to temporary directories (not tests/unit/unit_results), so a bench
 run does not enter the project's results history.
 """
 
@@ -25,6 +37,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bench_common import ROOT, machine, md_table, print_table, today, update_section  # noqa: E402
@@ -32,13 +45,17 @@ from _bench_common import ROOT, machine, md_table, print_table, today, update_se
 SECTION = "suite-time"
 TARGET_CPU_S = 8 * 60
 TARGET_GPU_S = 4 * 60
+TARGET_GPU_PARALLEL_S = 180
 DURATION_RE = re.compile(r"^\s*([0-9.]+)s\s+(setup|call|teardown)\s+(\S.*)$")
 FINAL_RE = re.compile(r"^=+ (.*) in ([0-9.]+)s(?: \([0-9:]+\))? =+$")
 RAY_LINE = "Started a local Ray instance"
+PROBE = Path(__file__).resolve().parent / "phase_probe"
+TOOLS_TESTS = "tests/unit/tools/"  # the harness's own (pytester) tests
 
 
 @dataclass
 class SuiteRun:
+    label: str
     wall_s: float
     exit_code: int
     pytest_s: float | None = None
@@ -47,6 +64,9 @@ class SuiteRun:
     slowest: list[tuple[float, str, str]] = field(default_factory=list)
     ray_sessions: int = 0
     ray_lines: int = 0
+    load: tuple[float, float] = (0.0, 0.0)  # 1-minute load average before, after
+    tests: dict[str, str] = field(default_factory=dict)  # node id -> outcome
+    phases: list[list[object]] = field(default_factory=list)
 
 
 def parse_output(text: str) -> tuple[float | None, str, list[tuple[float, str, str]]]:
@@ -72,14 +92,19 @@ def parse_output(text: str) -> tuple[float | None, str, list[tuple[float, str, s
     return pytest_s, summary, slowest
 
 
-def count_outcomes(results_file: Path) -> dict[str, int]:
+def read_tests(results_file: Path) -> dict[str, str]:
+    """{node id: outcome} of a results file ({} if missing)."""
     try:
         data = json.loads(results_file.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
+    return {k: str(v.get("outcome", "?")) for k, v in (data.get("tests") or {}).items()}
+
+
+def count_outcomes(tests: dict[str, str]) -> dict[str, int]:
     counts: dict[str, int] = {}
-    for rec in (data.get("tests") or {}).values():
-        counts[rec.get("outcome", "?")] = counts.get(rec.get("outcome", "?"), 0) + 1
+    for outcome in tests.values():
+        counts[outcome] = counts.get(outcome, 0) + 1
     return counts
 
 
@@ -88,24 +113,93 @@ def count_ray_sessions(ray_tmp: Path) -> int:
     return sum(1 for p in ray_tmp.rglob("session_2*") if p.is_dir() and not p.is_symlink())
 
 
-def run_suite(use_uv: bool, python: str, extra: list[str], timeout: int) -> SuiteRun:
+# --- phases (pure) -------------------------------------------------------------------------
+
+
+def union_s(intervals: list[tuple[float, float]]) -> float:
+    """Seconds covered by at least one of the intervals."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
+
+
+def phase_rows(
+    probe_lines: list[dict[str, Any]], durations: list[tuple[float, str, str]], wall_s: float
+) -> list[list[object]]:
+    """[phase, calls, summed s, wall covered s, % of wall] from the probe log and pytest's
+    per-phase durations (the harness's own pytester tests apart from the library's tests)."""
+    by_phase: dict[str, list[tuple[float, float]]] = {}
+    for rec in probe_lines:
+        by_phase.setdefault(str(rec["phase"]), []).append((float(rec["start"]), float(rec["end"])))
+    rows: list[list[object]] = []
+    for phase, spans in sorted(by_phase.items(), key=lambda kv: -sum(b - a for a, b in kv[1])):
+        covered = union_s(spans)
+        rows.append([phase, len(spans), f"{sum(b - a for a, b in spans):.1f}", f"{covered:.1f}",
+                     f"{100 * covered / wall_s:.0f}%" if wall_s else "?"])  # fmt: skip
+    for when in ("setup", "call", "teardown"):
+        for label, mine in (("harness tests (tests/unit/tools)", True), ("library tests", False)):
+            picked = [s for s, w, node in durations if w == when and node.startswith(TOOLS_TESTS) == mine]
+            if picked:
+                rows.append([f"pytest {when}: {label}", len(picked), f"{sum(picked):.1f}", "", ""])
+    return rows
+
+
+def read_probe(path: Path) -> list[dict[str, Any]]:
+    out = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue  # a process killed mid-write
+    return out
+
+
+def compare(a: dict[str, str], b: dict[str, str]) -> list[str]:
+    """Differences between two {node id: outcome} maps, one line each ([] when they agree)."""
+    lines = [f"only in the first run: {n} ({a[n]})" for n in sorted(a.keys() - b.keys())]
+    lines += [f"only in the second run: {n} ({b[n]})" for n in sorted(b.keys() - a.keys())]
+    lines += [f"{n}: {a[n]} vs {b[n]}" for n in sorted(a.keys() & b.keys()) if a[n] != b[n]]
+    return lines
+
+
+# --- running -------------------------------------------------------------------------------
+
+
+def run_suite(label: str, use_uv: bool, python: str, extra: list[str], timeout: int, phases: bool) -> SuiteRun:
     ray_tmp = Path(tempfile.mkdtemp(prefix="ray_suite_", dir="/tmp"))  # short: Ray socket paths
     results_dir = Path(tempfile.mkdtemp(prefix="suite_results_"))
+    probe_log = results_dir / "phases.jsonl"
     env = dict(os.environ, RAY_TMPDIR=str(ray_tmp), TESTHARNESS_RESULTS_DIR=str(results_dir))
+    path = [str(PROBE)] if phases else []
+    if phases:
+        env["PHASE_LOG"] = str(probe_log)
     if use_uv:
         cmd = ["uv", "run", "--group", "test", "bash", "tests/run_unit.sh", *extra]
     else:
         cmd = ["bash", "tests/run_unit.sh", *extra]
         env["PYTHON"] = python
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [".", "tools/py", env.get("PYTHONPATH", "")]))
-    print("suite_time: " + " ".join(cmd), flush=True)
+        path += [".", "tools/py"]
+    if phases:
+        cmd.append("--durations=0")  # every phase of every test (the last --durations wins)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [*path, env.get("PYTHONPATH", "")]))
+    print(f"suite_time: [{label}] " + " ".join(cmd), flush=True)
     lines: list[str] = []
+    load_before = os.getloadavg()[0]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         assert proc.stdout is not None
         for line in proc.stdout:  # tee: the user sees progress, we keep the text
-            sys.stdout.write(line)
+            if not DURATION_RE.match(line):  # the full --durations list stays out of the log
+                sys.stdout.write(line)
             lines.append(line)
         code = proc.wait(timeout=timeout)
     except (subprocess.TimeoutExpired, KeyboardInterrupt):
@@ -114,49 +208,66 @@ def run_suite(use_uv: bool, python: str, extra: list[str], timeout: int) -> Suit
         code = -1
     wall = time.perf_counter() - t0
     text = "".join(lines)
-    pytest_s, summary, slowest = parse_output(text)
-    run = SuiteRun(wall_s=wall, exit_code=code, pytest_s=pytest_s, summary=summary, slowest=slowest)
-    run.outcomes = count_outcomes(results_dir / "unit_results.json")
+    pytest_s, summary, durations = parse_output(text)
+    run = SuiteRun(label=label, wall_s=wall, exit_code=code, pytest_s=pytest_s, summary=summary,
+                   slowest=sorted(durations, reverse=True)[:15])  # fmt: skip
+    run.load = (load_before, os.getloadavg()[0])
+    run.tests = read_tests(results_dir / "unit_results.json")
+    run.outcomes = count_outcomes(run.tests)
     run.ray_sessions = count_ray_sessions(ray_tmp)
     run.ray_lines = text.count(RAY_LINE)
+    if phases:
+        run.phases = phase_rows(read_probe(probe_log), durations, wall)
     shutil.rmtree(results_dir, ignore_errors=True)
     shutil.rmtree(ray_tmp, ignore_errors=True)
     return run
 
 
-def render(run: SuiteRun, cmd_line: str, gpu: bool) -> tuple[str, list[list[object]], list[list[object]]]:
-    target = TARGET_GPU_S if gpu else TARGET_CPU_S
-    n = sum(run.outcomes.values())
-    outcome_txt = ", ".join(f"{v} {k}" for k, v in sorted(run.outcomes.items())) or "(no results file)"
-    verdict = "met" if run.wall_s <= target and run.exit_code == 0 else (
-        f"MISSED by {run.wall_s - target:.0f} s" if run.wall_s > target else f"suite exit {run.exit_code}"
-    )
+def _target(run: SuiteRun, gpu: bool) -> str:
+    target = (TARGET_GPU_PARALLEL_S if "-n" in run.label else TARGET_GPU_S) if gpu else TARGET_CPU_S
+    if run.exit_code != 0:
+        return f"<= {target} s: suite exit {run.exit_code}"
+    return f"<= {target} s: " + ("met" if run.wall_s <= target else f"MISSED by {run.wall_s - target:.0f} s")
+
+
+def render(
+    runs: list[SuiteRun], cmd_line: str, gpu: bool, agreement: list[str] | None
+) -> tuple[str, list[list[object]]]:
+    def outcomes(r: SuiteRun) -> str:
+        n = sum(r.outcomes.values())
+        return f"{n} (" + (", ".join(f"{v} {k}" for k, v in sorted(r.outcomes.items())) or "no results file") + ")"
+
     summary_rows: list[list[object]] = [
-        ["wall time (run_unit.sh, incl. start-up)", f"{run.wall_s:.1f} s"],
-        ["pytest time", f"{run.pytest_s:.1f} s" if run.pytest_s is not None else "?"],
-        ["tests", f"{n} ({outcome_txt})"],
-        ["Ray clusters started", f"{run.ray_sessions} (target 1)"],
-        ["target", f"<= {target // 60} min wall ({'H200' if gpu else '2-core CPU'}): {verdict}"],
-        ["pytest summary", run.summary or "?"],
+        ["wall time (run_unit.sh, incl. start-up)", *(f"{r.wall_s:.1f} s" for r in runs)],
+        ["pytest time", *(f"{r.pytest_s:.1f} s" if r.pytest_s is not None else "?" for r in runs)],
+        ["tests", *(outcomes(r) for r in runs)],
+        ["Ray clusters started", *(str(r.ray_sessions) for r in runs)],
+        ["load (1 min) before -> after", *(f"{r.load[0]:.1f} -> {r.load[1]:.1f}" for r in runs)],
+        ["target", *(_target(r, gpu) for r in runs)],
+        ["pytest summary", *(r.summary or "?" for r in runs)],
     ]
-    slow_rows: list[list[object]] = [[f"{s:.2f} s", phase, node] for s, phase, node in run.slowest]
+    header = ["", *(r.label for r in runs)]
     body = [
         "## Unit suite wall time (bench/suite_time.py)",
         "",
-        f"Measured {today()} on {machine()}, with `{cmd_line}` (the suite ran once; other jobs "
-        "may have shared the machine, see the load figure).",
+        f"Measured {today()} on {machine()}, with `{cmd_line}` (each configuration ran once, one "
+        "after the other; other jobs may have shared the machine, see the load figures).",
         "",
-        md_table(["", "value"], summary_rows),
+        md_table(header, summary_rows),
         "",
-        "Ray starts are Ray session directories created in a fresh RAY_TMPDIR: every `ray.init` "
-        "that starts a cluster counts, including the harness's own pytester tests that start one "
-        "on purpose (tests/unit/tools/test_tracker.py::test_coverage_includes_code_run_in_ray_actors).",
-        "",
-        "Slowest 15 test phases (`--durations=15`):",
-        "",
-        md_table(["time", "phase", "test"], slow_rows),
     ]
-    return "\n".join(body) + "\n", summary_rows, slow_rows
+    if agreement is not None:
+        verdict = "the same tests with the same outcomes" if not agreement else f"{len(agreement)} difference(s)"
+        body += [f"Results files of the two runs: {verdict}.", ""]
+        body += [f"- {line}" for line in agreement[:20]]
+        body += [""] if agreement else []
+    for r in runs:
+        if r.phases:
+            body += [f"Phases, {r.label} (wall {r.wall_s:.0f} s):", "",
+                     md_table(["phase", "calls", "summed", "wall covered", "% of wall"], r.phases), ""]  # fmt: skip
+    body += ["Slowest 15 test phases of the first run:", "",
+             md_table(["time", "phase", "test"], [[f"{s:.2f} s", w, n] for s, w, n in runs[0].slowest])]  # fmt: skip
+    return "\n".join(body) + "\n", summary_rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -166,28 +277,46 @@ def main(argv: list[str] | None = None) -> int:
         i = argv.index("--")
         argv, extra = argv[:i], argv[i + 1 :]
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--parallel", metavar="N", help="also run with -n N (auto, 2, ...), after the serial run")
+    ap.add_argument("--only-parallel", action="store_true", help="skip the serial run")
+    ap.add_argument("--no-phases", action="store_true", help="no phase probe (and no --durations=0)")
     ap.add_argument("--no-uv", action="store_true", help="run with --python and PYTHONPATH=.:tools/py")
     ap.add_argument("--python", default="python3", help="interpreter with --no-uv (default python3)")
-    ap.add_argument("--timeout", type=int, default=3600, help="seconds before the suite is killed")
+    ap.add_argument("--timeout", type=int, default=3600, help="seconds before a suite run is killed")
     ap.add_argument("--no-docs", action="store_true", help="print only; do not touch docs/benchmarks.md")
+    ap.add_argument("--section", default=SECTION, help=f"docs/benchmarks.md section to write (default {SECTION})")
+    ap.add_argument("--md", type=Path, help="also write the section's text to this file")
     args = ap.parse_args(argv)
     if not args.no_uv and shutil.which("uv") is None:
         print("suite_time: uv not found; use --no-uv (and --python PATH)", file=sys.stderr)
         return 2
-    run = run_suite(not args.no_uv, args.python, extra, args.timeout)
+    configs = [] if args.only_parallel else [("serial", extra)]
+    if args.parallel:
+        configs.append((f"-n {args.parallel}", ["-n", args.parallel, *extra]))
+    runs = [run_suite(label, not args.no_uv, args.python, x, args.timeout, not args.no_phases) for label, x in configs]
+    agreement = compare(runs[0].tests, runs[1].tests) if len(runs) == 2 else None
     if args.no_uv:
         cmd_line = f"PYTHONPATH=.:tools/py {args.python} bench/suite_time.py --no-uv"
     else:
         cmd_line = "uv run --group test python bench/suite_time.py"
+    if args.parallel:
+        cmd_line += f" --parallel {args.parallel}" + (" --only-parallel" if args.only_parallel else "")
     if extra:
         cmd_line += " -- " + " ".join(extra)
     gpu = "no GPU" not in machine()
-    body, summary_rows, slow_rows = render(run, cmd_line, gpu)
-    print_table("Unit suite", ["", "value"], summary_rows)
-    print_table("Slowest 15", ["time", "phase", "test"], slow_rows)
+    body, summary_rows = render(runs, cmd_line, gpu, agreement)
+    print_table("Unit suite", ["", *(r.label for r in runs)], summary_rows)
+    for r in runs:
+        if r.phases:
+            print_table(f"Phases, {r.label}", ["phase", "calls", "summed", "wall covered", "% of wall"], r.phases)
+    if agreement is not None:
+        print("suite_time: results files agree (same tests, same outcomes)" if not agreement
+              else "suite_time: results files differ:\n  " + "\n  ".join(agreement))  # fmt: skip
+    if args.md:
+        args.md.write_text(body, encoding="utf-8")
     if not args.no_docs:
-        update_section(SECTION, body)
-    return 0 if run.exit_code == 0 else 1
+        update_section(args.section, body)
+    return 0 if all(r.exit_code == 0 for r in runs) and not agreement else 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# bench/suite_time.py on a GPU machine without uv (python3 with torch + transformers), e.g. one H200.
+# A serial + `-n auto` suite run outlasts one 10-minute command there, so it runs in a session
+# of its own and a second command collects it:
+#
+#   bash bench/gpu_suite_time.sh WHEEL_DIR start SECONDS [suite_time.py args]  # install, assets, start; wait SECONDS
+#   bash bench/gpu_suite_time.sh WHEEL_DIR wait SECONDS                        # wait again; files to $OUT
+#
+# Installs into /tmp/site (--no-deps) the wheels of WHEEL_DIR whose package python3 lacks, and
+# always the test tools and Ray (their versions must match the lock). WHEEL_DIR holds a wheel of
+# tools/py too: its entry point loads the harness as `uv sync` would.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+WHEELS="${1:?usage: bash bench/gpu_suite_time.sh WHEEL_DIR start|wait SECONDS [args]}"
+MODE="${2:?start or wait}"; SECONDS_MAX="${3:-540}"; shift 3 || shift $#
+OUT="${OUT:-/tmp/gpu_out}"; WORK=/tmp/gpu_suite; mkdir -p "$OUT" "$WORK"
+export PYTHON=python3 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+
+if [[ "$MODE" == start ]]; then
+    mapfile -t todo < <(python3 - "$WHEELS" <<'EOF'
+import importlib.metadata as md, pathlib, sys
+always = {"pytest", "pluggy", "iniconfig", "pytest_xdist", "execnet", "pytest_testmon",
+          "pytest_rerunfailures", "pytest_cov", "coverage", "ray", "testharness"}
+for wheel in sorted(pathlib.Path(sys.argv[1]).glob("*.whl")):
+    name = wheel.name.split("-")[0].lower()
+    try:
+        md.version(name)
+        present = True
+    except md.PackageNotFoundError:
+        present = False
+    if name in always or not present:
+        print(wheel)
+EOF
+)
+    echo "installing ${#todo[@]} wheels: ${todo[*]##*/}"
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+        "${todo[@]}" || exit 2
+    nvidia-smi -L | tee "$OUT/gpus.txt"
+    PYTHONPATH="$PWD:$PWD/tools/py:$PYTHONPATH" python3 tests/unit/prepare_unit_test_assets.py >/dev/null || exit 2
+    setsid nohup python3 bench/suite_time.py --no-uv --no-docs --md "$WORK/suite_time.md" "$@" \
+        > "$WORK/suite.log" 2>&1 < /dev/null &
+    echo $! > "$WORK/pid"
+fi
+pid=$(cat "$WORK/pid")
+t0=$(date +%s)
+while kill -0 "$pid" 2>/dev/null && (( $(date +%s) - t0 < SECONDS_MAX )); do sleep 5; done
+if kill -0 "$pid" 2>/dev/null; then echo "suite_time still running (pid $pid)"; else echo "suite_time finished"; fi
+uptime > "$OUT/uptime.txt"
+cp "$WORK"/suite_time.md "$WORK"/suite.log "$OUT"/ 2>/dev/null
+grep -E "^(suite_time|run_unit):|passed|failed|FAILED|ERROR " "$WORK/suite.log" | tail -60

@@ -1,0 +1,132 @@
+"""Phase timings of a suite run, from inside every Python process of it (bench/suite_time.py).
+
+Put this folder first on PYTHONPATH and set PHASE_LOG=FILE: every process of the run (pytest,
+its xdist workers, Ray workers, the tests' own subprocesses) then appends one JSON line per
+timed call to FILE: {"phase", "start", "end", "pid"}. Timed: Ray start/join (ray.init), CUDA
+context creation (torch.cuda's lazy init), torch.distributed start (init_process_group;
+NCCL or gloo), model load (from_pretrained), worker-group start and shutdown (the driver's
+wait for the actors), and the life of every nested pytest process (pytester subprocesses).
+Nothing is changed but the timing; another sitecustomize on the path is still run.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import json
+import os
+import sys
+import time
+from typing import Any
+
+LOG = os.environ.get("PHASE_LOG", "")
+
+
+def _record(phase: str, start: float, end: float) -> None:
+    line = json.dumps({"phase": phase, "start": start, "end": end, "pid": os.getpid()}) + "\n"
+    fd = os.open(LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())  # one short O_APPEND write: lines from many processes never mix
+    finally:
+        os.close(fd)
+
+
+def _timed(phase: str, fn: Any, min_s: float = 0.0) -> Any:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            t1 = time.time()
+            if t1 - t0 >= min_s:
+                _record(phase, t0, t1)
+
+    return wrapper
+
+
+def _patch_method(cls: Any, name: str, phase: str) -> None:
+    raw = cls.__dict__.get(name)
+    if isinstance(raw, classmethod):
+        setattr(cls, name, classmethod(_timed(phase, raw.__func__)))
+    elif raw is not None:
+        setattr(cls, name, _timed(phase, raw))
+
+
+def _after_import(module: Any) -> None:
+    name = module.__name__
+    if name == "ray" and hasattr(module, "init"):
+        module.init = _timed("ray start/join (ray.init)", module.init)
+    elif name == "torch.cuda":
+        module._lazy_init = _timed("CUDA context", module._lazy_init, min_s=0.001)
+    elif name == "torch.distributed.distributed_c10d":
+        module.init_process_group = _timed("torch.distributed init (NCCL/gloo)", module.init_process_group)
+        if "torch.distributed" in sys.modules:
+            sys.modules["torch.distributed"].init_process_group = module.init_process_group
+    elif name == "transformers.modeling_utils":
+        _patch_method(module.PreTrainedModel, "from_pretrained", "model load (from_pretrained)")
+    elif name == "nemo_rl.distributed.worker_group":
+        _patch_method(module.RayWorkerGroup, "__init__", "actor spawn until ready (worker group)")
+        _patch_method(module.RayWorkerGroup, "shutdown", "actor teardown (worker group)")
+
+
+TARGETS = {"ray", "torch.cuda", "torch.distributed.distributed_c10d", "transformers.modeling_utils",
+           "nemo_rl.distributed.worker_group"}  # fmt: skip
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Lets the normal finders load a target module, then times its functions."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname not in TARGETS:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None:
+                exec_module = spec.loader.exec_module
+
+                def exec_and_patch(module: Any, _exec: Any = exec_module) -> None:
+                    _exec(module)
+                    try:
+                        _after_import(module)
+                    except Exception:  # a changed library: time less, never break the run
+                        pass
+
+                spec.loader.exec_module = exec_and_patch  # type: ignore[method-assign]
+                return spec
+        return None
+
+
+def _nested_pytest() -> bool:
+    argv = " ".join(sys.argv)
+    return "pytest" in argv and os.environ.get("PHASE_IN_PYTEST") == "1"
+
+
+def _install() -> None:
+    if not LOG:
+        return
+    sys.meta_path.insert(0, _Finder())
+    if _nested_pytest():  # a pytest started by a test: time its whole life
+        began = time.time()
+        atexit.register(lambda: _record("pytester subprocess (nested pytest)", began, time.time()))
+    elif "pytest" in " ".join(sys.argv):
+        os.environ["PHASE_IN_PYTEST"] = "1"  # the outer run's children are the nested ones
+
+
+def _chain() -> None:
+    """Run the sitecustomize this one shadows, if any."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
+    if spec is not None and spec.loader is not None:
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+
+
+_install()
+_chain()
