@@ -197,9 +197,8 @@ def run_suite(label: str, use_uv: bool, python: str, extra: list[str], timeout: 
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         assert proc.stdout is not None
-        for line in proc.stdout:  # tee: the user sees progress, we keep the text
-            if not DURATION_RE.match(line):  # the full --durations list stays out of the log
-                sys.stdout.write(line)
+        for line in proc.stdout:  # tee (durations too: a run cut short still leaves them in the log)
+            sys.stdout.write(line)
             lines.append(line)
         code = proc.wait(timeout=timeout)
     except (subprocess.TimeoutExpired, KeyboardInterrupt):
