@@ -23,12 +23,6 @@ os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 ASSETS = UNIT_DIR / "test_assets"
 
 
-def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    # -n support (the shared Ray cluster, `uses_cuda`) lives in testharness.parallel; load it
-    # here too while the harness's plugin list does not name it (import_plugin: never twice).
-    pluginmanager.import_plugin("testharness.parallel")
-
-
 def session_cpus(workers: int) -> int:
     """Logical CPUs for the Ray cluster that `workers` xdist workers share. A worker group
     reserves 0.5-1 CPU per policy worker and a test module may hold one group in a fixture

@@ -30,7 +30,7 @@ import pytest
 from testharness import parallel
 
 RUN_UNIT = Path(__file__).resolve().parents[2] / "run_unit.sh"
-PLUGIN = ["-p", "testharness.parallel"]  # until the harness's plugin list names it
+PLUGIN = ["-p", "testharness.parallel"]  # as where the harness is not installed (-p, never twice)
 
 PYPROJECT = """
 [tool.testharness]

@@ -16,4 +16,5 @@ pytest_plugins = [
     "testharness.sharding",
     "testharness.remote_select.plugin",
     "testharness.testmon_data",
+    "testharness.parallel",
 ]
