@@ -213,12 +213,6 @@ def test_explain_cli_prints_a_closure(
     assert main(["nope.py"]) == 2
 
 
-def test_atomic_write_leaves_no_temp_files(tmp_path: Path) -> None:
-    store.write_json_atomic(tmp_path / "x.json", {"a": 1})
-    assert [p.name for p in tmp_path.iterdir()] == ["x.json"]
-    assert json.loads((tmp_path / "x.json").read_text()) == {"a": 1}
-
-
 @pytest.mark.parametrize(
     ("text", "message"),
     [

@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
-from testharness.atomic_io import write_text_atomic
+from testharness.atomic_io import write_json_atomic
 from testharness.settings import Settings
 from testharness.state_files import exclusive, move_aside, timestamp
 
@@ -61,10 +61,6 @@ VERSION = 3  # of the state file
 # Of the map file: 4 stopped counting imports under `if TYPE_CHECKING:`; 5 resolves relative
 # `import_module(".x", package=...)` names (cached parses of version 4 lack them).
 MAP_VERSION = 5
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    write_text_atomic(path, json.dumps(data, separators=(",", ":"), sort_keys=True) + "\n")
 
 
 def _load(path: Path, fmt: str, version: int) -> tuple[dict[str, Any] | None, str | None]:
@@ -174,7 +170,8 @@ def save_state(path: Path, state: State) -> None:
         reach_ids[nodeid] = rid
     write_json_atomic(
         path,
-        {
+        compact=True,
+        data={
             "format": STATE_FORMAT,
             "version": VERSION,
             "generations": state.generations,
@@ -252,7 +249,7 @@ def _map_data(data: dict[str, Any]) -> MapData:
 
 
 def save_map(path: Path, data: MapData) -> None:
-    write_json_atomic(path, data.to_json())
+    write_json_atomic(path, data.to_json(), compact=True)
 
 
 # -- concurrent sessions -------------------------------------------------------------------
