@@ -170,44 +170,24 @@ def test_describe_failure_of_ray_errors() -> None:
     """Ray's own exception classes, built as Ray builds them (no cluster needed)."""
     from ray.exceptions import ActorDiedError, RayTaskError
 
-    tb = 'Traceback (most recent call last):\n  File "w.py", line 3, in train\nValueError: loss is nan\n'
-    task = RayTaskError(
-        "train",
-        tb,
-        ValueError("loss is nan"),
-        proctitle="ray::DTensorPolicyWorker.train",
-        pid=7,
-        ip="127.0.0.1",
-        actor_repr="<worker>",
-        actor_id="ab12",
-    )
+    def task_error(proctitle: str, cause: Exception) -> RayTaskError:
+        method = proctitle.rsplit(".", 1)[1]
+        tb = (
+            f'Traceback (most recent call last):\n  File "w.py", line 3, in {method}\n{type(cause).__name__}: {cause}\n'
+        )
+        return RayTaskError(
+            method, tb, cause, proctitle=proctitle, pid=7, ip="127.0.0.1", actor_repr="<a>", actor_id="ab12"
+        )
+
+    task = task_error("ray::DTensorPolicyWorker.train", ValueError("loss is nan"))
     assert _cli.describe_failure(task.as_instanceof_cause()) == (
         "policy worker (DTensorPolicyWorker.train) failed: ValueError: loss is nan"
     )
-    init_tb = tb.replace("in train", "in __init__").replace("loss is nan", "Invalid learning rate: -0.001")
-    init = RayTaskError(
-        "__init__",
-        init_tb,
-        ValueError("Invalid learning rate: -0.001"),
-        proctitle="ray::DTensorPolicyWorker.__init__",
-        pid=7,
-        ip="127.0.0.1",
-        actor_repr="<w>",
-        actor_id="ab12",
-    )
+    init = task_error("ray::DTensorPolicyWorker.__init__", ValueError("Invalid learning rate: -0.001"))
     assert _cli.describe_failure(ActorDiedError(init)) == (
         "policy worker (DTensorPolicyWorker.__init__) failed: ValueError: Invalid learning rate: -0.001"
     )
-    env = RayTaskError(
-        "score",
-        tb,
-        KeyError("answer"),
-        proctitle="ray::MathEnvironment.score",
-        pid=8,
-        ip="127.0.0.1",
-        actor_repr="<env>",
-        actor_id="cd34",
-    )
+    env = task_error("ray::MathEnvironment.score", KeyError("answer"))
     assert _cli.describe_failure(env.as_instanceof_cause()) == (
         "math environment (MathEnvironment.score) failed: KeyError: 'answer'"
     )

@@ -168,16 +168,7 @@ class MegatronPolicyWorker(PolicyWorkerBase):
 
     # ---- API -----------------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
-        return {
-            "rank": self.rank,
-            "world_size": self.world_size,
-            "device": str(self.device),
-            "dtype": str(self.dtype).removeprefix("torch."),
-            "pid": os.getpid(),
-            "num_params": sum(p.numel() for p in self.model.parameters()),
-            "backend": "megatron",
-            "tensor_model_parallel_size": self.tp,
-        }
+        return {**super().info(), "backend": "megatron", "tensor_model_parallel_size": self.tp}
 
     def generate(self, batch: Mapping[str, Tensor], cfg: GenerationConfig) -> GenerationOutput:
         raise NotImplementedError(

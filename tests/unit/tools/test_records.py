@@ -133,13 +133,17 @@ def _start(cmd: list[str], root: Path, background_job: bool = False) -> subproce
     )  # fmt: skip
 
 
+def _wait_until_started(proc: subprocess.Popen[str], root: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not (root / "started").exists():
+        assert proc.poll() is None, f"the run ended before the test started:\n{proc.communicate()[0]}"
+        assert time.monotonic() < deadline, "the slow test did not start in time"
+        time.sleep(0.1)
+
+
 def _stop_when_started(proc: subprocess.Popen[str], root: Path, signum: int, group: bool, timeout: float) -> str:
     try:
-        deadline = time.monotonic() + timeout
-        while not (root / "started").exists():
-            assert proc.poll() is None, f"the run ended before the test started:\n{proc.communicate()[0]}"
-            assert time.monotonic() < deadline, "the slow test did not start in time"
-            time.sleep(0.1)
+        _wait_until_started(proc, root, timeout)
         if group:
             os.killpg(proc.pid, signum)  # like Ctrl-C in a terminal: every process of the group
         else:
@@ -211,10 +215,7 @@ def test_a_background_job_ignores_sigint_and_is_stopped_by_sigterm(tmp_path: Pat
     root = _project(tmp_path, {"tests/test_slow.py": SLOW_TESTS})
     proc = _start(["bash", str(RUN_UNIT)], root, background_job=True)
     try:
-        deadline = time.monotonic() + START_WAIT_S
-        while not (root / "started").exists():
-            assert proc.poll() is None and time.monotonic() < deadline, "the slow test did not start"
-            time.sleep(0.1)
+        _wait_until_started(proc, root, START_WAIT_S)
         os.killpg(proc.pid, signal.SIGINT)
         time.sleep(2)
         assert proc.poll() is None, "SIGINT stopped a run that ignores it"

@@ -8,6 +8,7 @@ parallelism, and how gradients are reduced and clipped.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -41,12 +42,26 @@ def micro_batches(batch: Mapping[str, Tensor], size: int) -> Iterator[dict[str, 
 
 class PolicyWorkerBase:
     cfg: PolicyConfig
+    rank: int
+    world_size: int
     device: torch.device
+    dtype: torch.dtype
     model: Any
     reference_model: Any
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
     step: int
+
+    def info(self) -> dict[str, Any]:
+        """Where this worker runs and what it holds (backends add their own keys)."""
+        return {
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "device": str(self.device),
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "pid": os.getpid(),
+            "num_params": sum(p.numel() for p in self.model.parameters()),
+        }
 
     # ---- hooks ---------------------------------------------------------------------------
     def _local_batch(self, batch: Mapping[str, Tensor]) -> dict[str, Tensor]:

@@ -85,17 +85,7 @@ class DTensorPolicyWorker(PolicyWorkerBase):
             logits = model(input_ids=mb["input_ids"], attention_mask=attn, position_ids=positions).logits
         return token_logprobs(logits, mb["input_ids"])
 
-    # ---- API (train / evaluate / get_logprobs come from PolicyWorkerBase) ------------------
-    def info(self) -> dict[str, Any]:
-        return {
-            "rank": self.rank,
-            "world_size": self.world_size,
-            "device": str(self.device),
-            "dtype": str(self.dtype).removeprefix("torch."),
-            "pid": os.getpid(),
-            "num_params": sum(p.numel() for p in self.model.parameters()),
-        }
-
+    # ---- API (info / train / evaluate / get_logprobs come from PolicyWorkerBase) -----------
     @torch.no_grad()
     def generate(self, batch: Mapping[str, Tensor], cfg: GenerationConfig) -> GenerationOutput:
         """Sample responses for left-padded prompts (`input_ids`, `attention_mask`)."""
