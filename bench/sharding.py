@@ -30,11 +30,11 @@ except ImportError:  # run without the package installed: use the checkout
     sys.path.insert(0, str(ROOT / "tools" / "py"))
 
 from testharness.history import (  # noqa: E402  (after the sys.path fallback above)
-    find_project_root,
     load_history,
     recorded_durations,
     resolve_history_dir,
 )
+from testharness.settings import find_project_root  # noqa: E402
 from testharness.shard_plan import plan_shards  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -11,12 +11,11 @@ import pytest
 from testharness.history import (
     HISTORY_ENV,
     configured_results_dir,
-    find_project_root,
     load_history,
     recorded_durations,
     resolve_history_dir,
 )
-from testharness.settings import SettingsError
+from testharness.settings import SettingsError, find_project_root
 
 SHA_A = "a" * 40
 SHA_B = "b" * 40

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,29 +36,6 @@ class History:
 def configured_results_dir(project_root: Path) -> Path:
     """`[tool.testharness] results_dir` of `project_root` (SettingsError when it is malformed)."""
     return load_settings(project_root).results_dir
-
-
-def find_project_root(start: Path) -> Path:
-    """The nearest directory at or above `start` holding a pyproject.toml with [tool.testharness].
-
-    Falls back to the nearest one with any pyproject.toml, then to `start` itself, so the
-    command works from a sub-directory of the project as well as from its root. Only the
-    table's presence is looked at here; its values are load_settings' business.
-    """
-    start = start.resolve()
-    any_pyproject: Path | None = None
-    for directory in (start, *start.parents):
-        pyproject = directory / "pyproject.toml"
-        if not pyproject.is_file():
-            continue
-        if any_pyproject is None:
-            any_pyproject = directory
-        try:
-            if "testharness" in tomllib.loads(pyproject.read_text(encoding="utf-8")).get("tool", {}):
-                return directory
-        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
-            continue
-    return any_pyproject or start
 
 
 def resolve_history_dir(

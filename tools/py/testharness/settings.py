@@ -35,8 +35,10 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 DEFAULT_RESULTS_DIR = "tests/unit"
 DEFAULT_TEST_ROOTS = ("tests",)  # used when neither test_roots nor pytest's testpaths is set
@@ -101,6 +103,8 @@ class Settings:
     remote_map_file: Path = field(default=Path(DEFAULT_REMOTE_MAP_FILE))
     remote_state_file: Path = field(default=Path(DEFAULT_REMOTE_STATE_FILE))
     marker_groups: tuple[MarkerGroup, ...] = ()
+    # [tool.testharness.report], raw: the report's rules parser validates it and names the file
+    report: Mapping[str, Any] = field(default_factory=dict)
 
 
 class SettingsError(ValueError):
@@ -231,7 +235,31 @@ def load_settings(root: Path) -> Settings:
         remote_map_file=file("remote_map_file", DEFAULT_REMOTE_MAP_FILE),
         remote_state_file=file("remote_state_file", DEFAULT_REMOTE_STATE_FILE),
         marker_groups=_marker_groups(table),
+        report=_sub_table(table.data, "report", pyproject, f"{TABLE[:-1]}.report]"),
     )
+
+
+def find_project_root(start: Path) -> Path:
+    """The nearest directory at or above `start` holding a pyproject.toml with [tool.testharness].
+
+    Falls back to the nearest one with any pyproject.toml, then to `start` itself, so the
+    command works from a sub-directory of the project as well as from its root. Only the
+    table's presence is looked at here; its values are load_settings' business.
+    """
+    start = start.resolve()
+    any_pyproject: Path | None = None
+    for directory in (start, *start.parents):
+        pyproject = directory / "pyproject.toml"
+        if not pyproject.is_file():
+            continue
+        if any_pyproject is None:
+            any_pyproject = directory
+        try:
+            if "testharness" in tomllib.loads(pyproject.read_text(encoding="utf-8")).get("tool", {}):
+                return directory
+        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+            continue
+    return any_pyproject or start
 
 
 def is_within(path: Path, parent: Path) -> bool:

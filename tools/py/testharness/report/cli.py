@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from testharness.atomic_io import write_text_atomic
-from testharness.history import find_project_root, load_history, resolve_history_dir
+from testharness.history import load_history, resolve_history_dir
 from testharness.report.chart import chart_scene, make_charts
 from testharness.report.flaky import find_flaky
 from testharness.report.page import render_html
@@ -25,7 +23,7 @@ from testharness.report.png import write_png
 from testharness.report.rules import CONFIG_TABLE, ReportError, apply_cli_rules, rulebook_from_config
 from testharness.report.terminal import print_report
 from testharness.report.trends import Trend, compute_trends
-from testharness.settings import Settings, SettingsError, load_settings
+from testharness.settings import SettingsError, find_project_root, load_settings
 
 DESCRIPTION = "Metric trends, regressions and flaky tests from the results history (<results_dir>/unit_results/*.json)."
 
@@ -82,20 +80,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _report_table(settings: Settings) -> Mapping[str, Any]:
-    """`[tool.testharness.report]`, read after load_settings has vetted the file.
-
-    Settings has no field for this table yet, so its raw value is read here; the rules
-    parser validates it and names the file in any error.
-    """
-    pyproject = settings.root / "pyproject.toml"
-    if not pyproject.is_file():
-        return {}
-    tool = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("tool", {})
-    section = tool.get("testharness", {}).get("report", {}) if isinstance(tool, dict) else {}
-    return section if isinstance(section, dict) else {}
-
-
 def write_pngs(trends: Sequence[Trend], directory: Path) -> list[Path]:
     """One PNG per trend, the same scene as its HTML chart plus its caption; the files written."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -118,7 +102,7 @@ def run(args: argparse.Namespace, cwd: Path | None = None) -> int:
     except SettingsError as exc:
         raise ReportError(str(exc)) from None
     config_source = f"{settings.root / 'pyproject.toml'} {CONFIG_TABLE}"
-    book = apply_cli_rules(rulebook_from_config(_report_table(settings), config_source), args.direction, args.threshold)
+    book = apply_cli_rules(rulebook_from_config(settings.report, config_source), args.direction, args.threshold)
     history = load_history(history_dir, last=args.last or None)
     if not history.runs:
         for warning in history.warnings:
