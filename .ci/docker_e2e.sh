@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CI: the hermetic Docker path end to end, as a user runs it (README.md, "Hermetic runs in Docker").
+# CI: the hermetic Docker path end to end, as a user runs it (docs/docker.md).
 #   bash .ci/docker_e2e.sh
 # 1. start dockerd if it is not running   2. bash docker/build.sh
 # 3. a small unit selection in the container: unit_results.json must land here, passing

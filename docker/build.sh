@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the hermetic test image (docker/Dockerfile). See README.md, "Hermetic runs in Docker".
+# Build the hermetic test image (docker/Dockerfile). See docs/docker.md.
 #
 #   bash docker/build.sh [--tag T] [--mcore] [--base IMAGE] [--rebuild-base] [--no-cache]
 #

@@ -7,7 +7,7 @@ set -euo pipefail
 
 USAGE='Usage: CONTAINER=<image> bash tests/run_functional_in_docker.sh functional/<test>.sh [args]
   e.g. CONTAINER=nemo-rl-test:latest bash tests/run_functional_in_docker.sh functional/sft.sh
-  Build the image first: bash docker/build.sh   (README.md, "Hermetic runs in Docker")'
+  Build the image first: bash docker/build.sh   (docs/docker.md)'
 
 if [[ $# -eq 0 || "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
   if [[ $# -eq 0 ]]; then printf '%s\n' "$USAGE" >&2; exit 2; fi

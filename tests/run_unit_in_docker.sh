@@ -7,7 +7,7 @@ set -euo pipefail
 
 USAGE='Usage: CONTAINER=<image> bash tests/run_unit_in_docker.sh [run_unit.sh args]
   e.g. CONTAINER=nemo-rl-test:latest bash tests/run_unit_in_docker.sh -k tracker
-  Build the image first: bash docker/build.sh   (README.md, "Hermetic runs in Docker")
+  Build the image first: bash docker/build.sh   (docs/docker.md)
   Every argument goes to tests/run_unit.sh (see: bash tests/run_unit.sh --help).'
 
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]] && [[ -z "${CONTAINER:-}" ]]; then

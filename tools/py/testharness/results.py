@@ -1,7 +1,7 @@
 """unit_results.json: the results schema, written and read here only (pure: no pytest, no Ray).
 
 Schema (all keys always present): exit_status, git_commit, start_time, metrics, gpu_types,
-coverage, memory_unit, memory_source, tests. Documented in the README ("Results files").
+coverage, memory_unit, memory_source, tests. Documented in docs/unit-tests.md ("Results files").
 The tracker writes it (`build_results`, `write_results`); the history readers (shards,
 report) read it back as typed `Run` records (`read_results_file`), so both sides of the
 schema live in this one module.
