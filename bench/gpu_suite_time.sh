@@ -35,7 +35,7 @@ for wheel in sorted(pathlib.Path(sys.argv[1]).glob("*.whl")):
 EOF
 )
     echo "installing ${#todo[@]} wheels: ${todo[*]##*/}"
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade --target /tmp/site \
         "${todo[@]}" || exit 2
     nvidia-smi -L | tee "$OUT/gpus.txt"
     PYTHONPATH="$PWD:$PWD/tools/py:$PYTHONPATH" python3 tests/unit/prepare_unit_test_assets.py >/dev/null || exit 2

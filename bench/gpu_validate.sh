@@ -13,7 +13,7 @@ read -r -a STEPS <<< "${STEPS[*]}"
 OUT="${OUT:-/tmp/gpu_out}"; mkdir -p "$OUT"
 export PYTHON=python3 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 RAY_TMPDIR=/tmp/ray_gpu
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-python3 -c 'import ray' 2>/dev/null || python3 -m pip install -q --no-index --no-deps --no-compile \
+python3 -c 'import ray' 2>/dev/null || python3 -m pip install -q --no-index --no-deps \
     --no-cache-dir --upgrade --target /tmp/site "$WHEELS"/*.whl || exit 2
 export PYTHONPATH="$PWD:$PWD/tools/py:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 # No install here (no uv, no registry, maybe no build backend): the harness comes from the

@@ -229,21 +229,17 @@ def start_local_ray(
 def init_ray(
     num_cpus: int | None = None,
     num_gpus: int | None = None,
-    system_config: dict[str, Any] | None = None,
 ) -> ClusterInfo:
-    """Connect to (or start) Ray once per process; later calls return the same cluster.
-    `system_config`: Ray settings for a cluster started here (ignored when joining)."""
+    """Connect to (or start) Ray once per process; later calls return the same cluster."""
     started_here = False
     if not ray.is_initialized():
         address = os.environ.get("RAY_ADDRESS") or local_head_address()
         if address:
             ray.init(address=address, log_to_driver=True)
         else:
-            extra: dict[str, Any] = {"_system_config": system_config} if system_config else {}
             start_local_ray(
                 num_cpus=num_cpus if num_cpus is not None else os.cpu_count() or 1,
                 num_gpus=num_gpus if num_gpus is not None else count_local_gpus(),
-                **extra,
             )
             started_here = True
     resources = ray.cluster_resources()

@@ -20,6 +20,10 @@ os.environ.setdefault("RAY_worker_niceness", "0")
 # working directory packed, a venv made per job): the tests want this interpreter and
 # environment, as-is (and coverage follows workers only then).
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+# Ray prestarts one idle worker per logical CPU when a driver connects (16 interpreters
+# importing Ray on a 16-core GPU machine, for each cluster a test or an example starts); the
+# tests start actors, each in a worker process of its own, so the prestarted ones are waste.
+os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
 ASSETS = UNIT_DIR / "test_assets"
 
 
@@ -33,11 +37,10 @@ def session_cpus(workers: int) -> int:
 
 def pytest_testharness_start_ray(config: pytest.Config, workers: int) -> str:
     """The Ray cluster of a `-n` run, started by the xdist controller with the library's own
-    start-up (retried on a busy machine). Idle Ray workers are not prestarted per logical
-    CPU: the tests start actors, each in a worker process of its own."""
+    start-up (retried on a busy machine)."""
     from nemo_rl.distributed.ray_cluster import init_ray
 
-    info = init_ray(num_cpus=session_cpus(workers), system_config={"prestart_worker_first_driver": False})
+    info = init_ray(num_cpus=session_cpus(workers))
     return info.address
 
 
