@@ -1,8 +1,8 @@
 """Wall time of the default unit suite (`bash tests/run_unit.sh`), serial and with `-n`,
 where the time goes (phases), and whether both runs agree.
 
-Runs the suite once serially and, with `--parallel N` (`auto`, `2`, ...), once more with
-`-n N`, in the same invocation, and prints side by side: wall time, pytest's own time, tests
+Runs the suite once serially and, with `--parallel N` (`auto`, `2`, ...), once with `-n N`
+first (the run a short GPU lease must not lose), in the same invocation, and prints side by side: wall time, pytest's own time, tests
 per outcome, Ray clusters started (one Ray session directory per start, counted in a fresh
 RAY_TMPDIR), the machine's load before and after, and a phase table. It then compares the
 two results files: the same tests with the same outcomes, or the differences.
@@ -31,9 +31,11 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -194,16 +196,23 @@ def run_suite(label: str, use_uv: bool, python: str, extra: list[str], timeout: 
     lines: list[str] = []
     load_before = os.getloadavg()[0]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # A session of its own, so a run past its time (a hang keeps stdout open) is stopped whole.
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)  # fmt: skip
+    watchdog = threading.Timer(timeout, _stop_group, [proc, f"[{label}] still running after {timeout} s"])
+    watchdog.start()
     try:
         assert proc.stdout is not None
         for line in proc.stdout:  # tee (durations too: a run cut short still leaves them in the log)
             sys.stdout.write(line)
             lines.append(line)
-        code = proc.wait(timeout=timeout)
-    except (subprocess.TimeoutExpired, KeyboardInterrupt):
-        proc.kill()
-        proc.wait()
+        code = proc.wait()
+    except KeyboardInterrupt:
+        _stop_group(proc, f"[{label}] interrupted")
+        code = proc.wait()
+    finally:
+        watchdog.cancel()
+    if watchdog.finished.is_set() and code != 0:
         code = -1
     wall = time.perf_counter() - t0
     text = "".join(lines)
@@ -220,6 +229,20 @@ def run_suite(label: str, use_uv: bool, python: str, extra: list[str], timeout: 
     shutil.rmtree(results_dir, ignore_errors=True)
     shutil.rmtree(ray_tmp, ignore_errors=True)
     return run
+
+
+def _stop_group(proc: subprocess.Popen[str], why: str) -> None:
+    """SIGINT to the run's process group (pytest writes its results), SIGKILL 60 s later."""
+    print(f"suite_time: {why}: stopping it", flush=True)
+    for signum, grace in ((signal.SIGINT, 60.0), (signal.SIGKILL, 0.0)):
+        try:
+            os.killpg(proc.pid, signum)
+            proc.wait(timeout=grace or None)
+            return
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _target(run: SuiteRun, gpu: bool) -> str:
@@ -276,12 +299,13 @@ def main(argv: list[str] | None = None) -> int:
         i = argv.index("--")
         argv, extra = argv[:i], argv[i + 1 :]
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--parallel", metavar="N", help="also run with -n N (auto, 2, ...), after the serial run")
+    ap.add_argument("--parallel", metavar="N", help="also run with -n N (auto, 2, ...), before the serial run")
     ap.add_argument("--only-parallel", action="store_true", help="skip the serial run")
     ap.add_argument("--no-phases", action="store_true", help="no phase probe (and no --durations=0)")
     ap.add_argument("--no-uv", action="store_true", help="run with --python and PYTHONPATH=.:tools/py")
     ap.add_argument("--python", default="python3", help="interpreter with --no-uv (default python3)")
     ap.add_argument("--timeout", type=int, default=3600, help="seconds before a suite run is killed")
+    ap.add_argument("--parallel-timeout", type=int, help="the same for the -n run (default --timeout)")
     ap.add_argument("--no-docs", action="store_true", help="print only; do not touch docs/benchmarks.md")
     ap.add_argument("--section", default=SECTION, help=f"docs/benchmarks.md section to write (default {SECTION})")
     ap.add_argument("--md", type=Path, help="also write the section's text to this file")
@@ -289,10 +313,14 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_uv and shutil.which("uv") is None:
         print("suite_time: uv not found; use --no-uv (and --python PATH)", file=sys.stderr)
         return 2
-    configs = [] if args.only_parallel else [("serial", extra)]
-    if args.parallel:
-        configs.append((f"-n {args.parallel}", ["-n", args.parallel, *extra]))
-    runs = [run_suite(label, not args.no_uv, args.python, x, args.timeout, not args.no_phases) for label, x in configs]
+    configs = (
+        [(f"-n {args.parallel}", ["-n", args.parallel, *extra], args.parallel_timeout or args.timeout)]
+        if args.parallel
+        else []
+    )
+    if not args.only_parallel:
+        configs.append(("serial", extra, args.timeout))
+    runs = [run_suite(label, not args.no_uv, args.python, x, limit, not args.no_phases) for label, x, limit in configs]
     agreement = compare(runs[0].tests, runs[1].tests) if len(runs) == 2 else None
     if args.no_uv:
         cmd_line = f"PYTHONPATH=.:tools/py {args.python} bench/suite_time.py --no-uv"
