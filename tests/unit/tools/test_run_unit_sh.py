@@ -30,12 +30,15 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _run(project: Path, *args: str, python: str = sys.executable) -> subprocess.CompletedProcess[str]:
+def _run(
+    project: Path, *args: str, python: str = sys.executable, extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TESTHARNESS_"))}
     env.update(
         PYTHON=python,
         TESTHARNESS_ROOT=str(project),
         TESTHARNESS_NO_DISCOVERY="1",  # no Ray probing / asset building in these tests
+        **(extra_env or {}),
     )
     return subprocess.run(
         ["bash", str(SCRIPT), *args], cwd=project, env=env, capture_output=True, text=True,
@@ -126,3 +129,28 @@ def test_help_needs_neither_pytest_nor_ray(project: Path, tmp_path: Path) -> Non
     proc = _run(project, "--help", python=str(bare))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("usage: bash tests/run_unit.sh")
+
+
+def test_upstream_style_unit_paths_are_accepted_from_the_root(project: Path) -> None:
+    # Upstream's run_unit.sh runs from tests/ and takes unit/...; from the root that path
+    # does not exist as given, but does under tests/.
+    proc = _run(project, "unit/test_ok.py::test_ok")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert " tests/unit/test_ok.py::test_ok" in proc.stdout
+    assert "1 passed" in proc.stdout
+
+
+def test_mcore_only_without_megatron_core_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    # A `megatron` package without `core`, first on the path: megatron.core cannot be
+    # imported, whether or not the real one is installed.
+    shim = tmp_path / "shim"
+    (shim / "megatron").mkdir(parents=True)
+    (shim / "megatron" / "__init__.py").write_text("")
+    pythonpath = os.pathsep.join(p for p in (str(shim), os.environ.get("PYTHONPATH", "")) if p)
+    proc = _run(SCRIPT.parents[1], "--mcore-only", extra_env={"PYTHONPATH": pythonpath})
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        "run_unit: --mcore-only needs megatron-core, which cannot be imported (No module named 'megatron.core'); "
+        "run it as: uv run --extra mcore --group test bash tests/run_unit.sh --mcore-only"
+    ]

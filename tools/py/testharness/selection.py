@@ -17,13 +17,13 @@ registers the groups' markers and its own (`run_first`, `num_gpus`), so a projec
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Collection, Sequence
 
 import pytest
 
 from testharness import gpu
 from testharness.hf_cache import model_unavailable_reason
+from testharness.requirements import missing_requirement
 from testharness.settings import MarkerGroup, SettingsError, load_settings
 
 BUILTIN_MARKERS = (
@@ -53,27 +53,6 @@ def selected(markers: Collection[str], groups: Sequence[MarkerGroup], active: Co
 def run_first_order(items: list[pytest.Item]) -> list[pytest.Item]:
     """run_first tests first; otherwise the order is kept (a stable sort)."""
     return sorted(items, key=lambda it: it.get_closest_marker("run_first") is None)
-
-
-def import_error(modules: Sequence[str]) -> str | None:
-    """None when every module imports, else why the first one does not (one line)."""
-    for name in modules:
-        try:
-            importlib.import_module(name)
-        except ImportError as exc:
-            return str(exc) or type(exc).__name__
-        except Exception as exc:  # a broken install fails in other ways too
-            return f"{type(exc).__name__}: {exc}"
-    return None
-
-
-def missing_requirement(group: MarkerGroup) -> str | None:
-    """The one-line usage error when the group's option is given without what it needs."""
-    why = import_error(group.requires)
-    if why is None:
-        return None
-    message = f"{group.option} needs {group.requires_name}, which cannot be imported ({why})"
-    return f"{message}; run it as: {group.hint}" if group.hint else message
 
 
 def required_gpus(item: pytest.Item) -> int | None:

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from testharness.requirements import first_missing_requirement
 from testharness.settings import MarkerGroup, Settings, SettingsError, load_settings
 
 
@@ -87,13 +88,33 @@ def parse_args(argv: list[str]) -> Plan:
     return plan
 
 
+def map_upstream_paths(args: list[str], cwd: Path, test_roots: Sequence[Path]) -> list[str]:
+    """Accept test paths written relative to a test root's parent, as upstream NeMo RL's
+    run_unit.sh takes them (it runs from tests/: `unit/models/...`): an argument that names
+    no file from `cwd`, but does from the parent of a test root whose name it starts with,
+    becomes that path relative to `cwd` (`::node` ids kept). Only arguments with a `/` or
+    `::` are candidates, so an option's value such as `-k unit` stays as it is."""
+    mapped = []
+    for arg in args:
+        path, sep, node = arg.partition("::")
+        looks_like_path = bool(path) and ("/" in path or sep) and not arg.startswith("-")
+        first = Path(path).parts[0] if looks_like_path else ""
+        if first and not (cwd / path).exists():
+            for root in test_roots:
+                if root.name == first and (root.parent / path).exists():
+                    arg = os.path.relpath(root.parent / path, cwd) + sep + node
+                    break
+        mapped.append(arg)
+    return mapped
+
+
 def has_path_arg(args: list[str], cwd: Path) -> bool:
     """Whether the pytest arguments name a test path (a non-option that exists on disk)."""
     return any(not a.startswith("-") and (cwd / a.split("::", 1)[0]).exists() for a in args)
 
 
 def pytest_command(plan: Plan, settings: Settings, cwd: Path) -> list[str]:
-    args = list(plan.pytest_args)
+    args = map_upstream_paths(plan.pytest_args, cwd, settings.test_roots)
     if not has_path_arg(args, cwd):
         args += [os.path.relpath(r, cwd) for r in settings.test_roots]
     return [sys.executable, "-m", "pytest", "--durations=15", *args]
@@ -228,6 +249,11 @@ def main(argv: list[str] | None = None) -> int:
     if plan.show_help:
         print(usage(settings.marker_groups))
         return 0
+    # e.g. --mcore-only without megatron-core: one line, before Ray or pytest start.
+    problem = first_missing_requirement(plan.pytest_args, settings.marker_groups)
+    if problem is not None:
+        print(f"run_unit: {problem}", file=sys.stderr)
+        return 2
     env = dict(os.environ)
     if env.get("TESTHARNESS_NO_DISCOVERY") != "1":  # the harness's own tests skip Ray here
         address, gpus = discover(env)
