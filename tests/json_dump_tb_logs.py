@@ -1,12 +1,14 @@
 """Dump TensorBoard scalars to JSON (entry point into tools/py: testharness.tb_dump).
 
-    uv run tests/json_dump_tb_logs.py LOG_DIR --output_path OUT.json \
-        [--error-on-conflicts] [--allow-truncated]
+    uv run tests/json_dump_tb_logs.py LOG_DIR [--output_path OUT.json] \
+        [--require-tag-prefix PREFIX] [--error-on-conflicts] [--allow-truncated]
 
 The same command as `testharness tb-dump` (`--help` describes it). Writes
-{"metric/name": {"<step>": value, ...}, ...} from every event file under LOG_DIR.
-Exit 0 written; 1 no event files or a refused conflict; 2 a damaged event file (empty,
-not an event file, truncated, bad CRC), unless --allow-truncated reads it up to the damage.
+{"metric/name": {"<step>": value, ...}, ...} from every event file under LOG_DIR to
+OUT.json, or to stdout without --output_path.
+Exit 0 written; 1 no event files, a --require-tag-prefix no metric matches, or a refused
+conflict; 2 a damaged event file (empty, not an event file, truncated, bad CRC), unless
+--allow-truncated reads it up to the damage.
 """
 
 import sys

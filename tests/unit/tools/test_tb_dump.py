@@ -404,3 +404,40 @@ def test_cli_help_documents_the_flag() -> None:
     proc = run_cli("--help")
     assert proc.returncode == 0
     assert "--allow-truncated" in proc.stdout and "mid-record" in proc.stdout
+
+
+def test_missing_prefixes_in_the_order_given_once_each() -> None:
+    from testharness.tb_dump_cli import missing_prefixes
+
+    names = ["train/loss", "val/loss"]
+    assert missing_prefixes(names, []) == []
+    assert missing_prefixes(names, ["train/", "val/"]) == []
+    assert missing_prefixes(names, ["gen/", "train/", "eval/", "gen/"]) == ["gen/", "eval/"]
+
+
+def test_cli_without_output_path_prints_the_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Upstream's --output_path is optional too; here the JSON then goes to stdout, for jq.
+    from testharness.tb_dump_cli import main
+
+    write_scalars(tmp_path / "logs", {"train/loss": {1: 2.0, 2: 1.0}})
+    assert main([str(tmp_path / "logs")]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out) == {"train/loss": {"1": 2.0, "2": 1.0}}
+    assert err.startswith("read 1 event file(s): 1 metric(s), 2 value(s)")
+    assert list(tmp_path.iterdir()) == [tmp_path / "logs"]
+
+
+def test_cli_require_tag_prefix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from testharness.tb_dump_cli import main
+
+    write_scalars(tmp_path / "logs", {"train/loss": {1: 2.0}, "val/loss": {1: 3.0}})
+    out = tmp_path / "metrics.json"
+    logs = str(tmp_path / "logs")
+    prefixes = ["--require-tag-prefix", "train/", "--require-tag-prefix", "gen/"]
+    assert main([logs, "--output_path", str(out), *prefixes]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "error: no metric name starts with 'gen/' (--require-tag-prefix); found: train/loss, val/loss"
+    ]
+    assert not out.exists()
+    assert main([logs, "--output_path", str(out), "--require-tag-prefix", "train/"]) == 0
+    assert json.loads(out.read_text()) == {"train/loss": {"1": 2.0}, "val/loss": {"1": 3.0}}

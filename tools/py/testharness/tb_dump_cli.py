@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
-from testharness.atomic_io import write_json_atomic
+from testharness.atomic_io import json_text, write_json_atomic
 from testharness.tb_dump import (
     EVENTS_MARKER,
     NOT_EVENTS,
@@ -41,11 +41,26 @@ def _damage_hints(exc: DamagedEventFilesError) -> Iterator[str]:
         )
 
 
+def missing_prefixes(metrics: Iterable[str], prefixes: Iterable[str]) -> list[str]:
+    """The prefixes (in the order given, once each) that no metric name starts with."""
+    names = list(metrics)
+    return [p for p in dict.fromkeys(prefixes) if not any(n.startswith(p) for n in names)]
+
+
+def missing_prefix_text(missing: list[str], metrics: Mapping[str, object], limit: int = 10) -> str:
+    names = sorted(metrics)
+    found = ", ".join(names[:limit]) + (f", ... ({len(names)} in all)" if len(names) > limit else "")
+    wanted = ", ".join(repr(p) for p in missing)
+    return f"no metric name starts with {wanted} (--require-tag-prefix); found: {found or 'none'}"
+
+
 DESCRIPTION = "Dump every TensorBoard scalar under LOG_DIR to {metric: {step: value}} JSON."
 EPILOG = (
+    "Without --output_path the JSON goes to stdout (the summary line to stderr). "
     "Exit status: 0 when the JSON is written; 1 when there are no event files, a "
-    "conflict is refused, or the JSON cannot be written; 2 when an event file is "
-    "damaged (nothing is written, a previous OUT.json is left as it was)."
+    "--require-tag-prefix matches no metric, a conflict is refused, or the JSON cannot "
+    "be written; 2 when an event file is damaged (nothing is written, a previous "
+    "OUT.json is left as it was)."
 )
 
 
@@ -59,8 +74,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--output_path",
         "--output-path",
         dest="output_path",
-        required=True,
+        default=None,
         metavar="OUT.json",
+        help="write the JSON here (atomically; folders are made); default: print it to stdout",
+    )
+    parser.add_argument(
+        "--require-tag-prefix",
+        dest="require_tag_prefix",
+        action="append",
+        default=[],
+        metavar="PREFIX",
+        help=(
+            "fail (exit 1, nothing written) unless some metric name starts with PREFIX, "
+            "e.g. train/ to catch a run that never logged a training step; repeatable"
+        ),
     )
     parser.add_argument(
         "--error-on-conflicts",
@@ -125,6 +152,15 @@ def run(args: argparse.Namespace) -> int:
         )
     if result.conflicts:
         print(f"warning: {conflict_text(result.conflicts)}", file=sys.stderr)
+    missing = missing_prefixes(result.metrics, args.require_tag_prefix)
+    if missing:
+        print(f"error: {missing_prefix_text(missing, result.metrics)}", file=sys.stderr)
+        return 1
+    if args.output_path is None:
+        sys.stdout.write(json_text(result.metrics, allow_nan=True))
+        for line in _iter_summary(result):
+            print(line, file=sys.stderr)
+        return 0
     try:
         # NaN/inf stay as the JSON extensions NaN/Infinity, which Python's json reads, so a
         # diverged run is visible to the checks instead of being silently dropped.
