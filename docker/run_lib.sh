@@ -9,9 +9,11 @@
 #   docker/entrypoint.sh (root inside, files handed back to the invoking user at the end),
 #   and exits with CMD's exit status.
 #
-# Knobs (environment): CONTAINER (required), HF_TOKEN, HF_HOME (mounted at the same path),
-# DOCKER_GPUS (auto | none | a value for --gpus, default auto), DOCKER_RUN_ARGS (extra
-# `docker run` arguments, split on spaces), CI (no -it when set).
+# Knobs (environment): CONTAINER (required); HF_TOKEN, WANDB_API_KEY, HF_HUB_OFFLINE (passed
+# by name when set); HF_HOME (default <repo>/hf_home, as upstream) and HF_DATASETS_CACHE (when
+# set): a folder inside the checkout is used through the /workspace mount, any other is
+# mounted at the same path; DOCKER_GPUS (auto | none | a value for --gpus, default auto),
+# DOCKER_RUN_ARGS (extra `docker run` arguments, split on spaces), CI (no -it when set).
 
 _NRL_REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
@@ -39,6 +41,24 @@ nrl_gpu_args() {
     fi
   done
   echo "warning: NVIDIA GPUs found but Docker has no nvidia runtime or CDI spec (install nvidia-container-toolkit): running without GPUs" >&2
+}
+
+# nrl_add_cache NAME DIR: adds to nrl_docker_run's `args` what gives the container the host
+# folder DIR as $NAME. DIR is created first (else the daemon makes it, owned by root); inside
+# the checkout it is reached through the /workspace mount, elsewhere it is mounted at the same
+# path, so paths in logs and configs mean the same on both sides.
+nrl_add_cache() {
+  local name="$1" dir="$2" repo
+  if ! mkdir -p "$dir" 2>/dev/null || ! dir="$(cd "$dir" && pwd -P)"; then
+    echo "error: cannot create $name=$2 (set $name to a folder you can write)" >&2
+    exit 2
+  fi
+  repo="$(cd "$_NRL_REPO_ROOT" && pwd -P)"
+  if [[ "$dir" == "$repo" || "$dir" == "$repo"/* ]]; then
+    args+=(-e "$name=/workspace${dir#"$repo"}")
+  else
+    args+=(-v "$dir:$dir" -e "$name=$dir")
+  fi
 }
 
 nrl_docker_run() {
@@ -72,15 +92,13 @@ nrl_docker_run() {
   # Names only: docker copies the values from this environment, so the token never appears
   # on a command line.
   local v
-  for v in HF_TOKEN HF_HUB_OFFLINE CI; do
+  for v in HF_TOKEN WANDB_API_KEY HF_HUB_OFFLINE CI; do
     [[ -n "${!v:-}" ]] && args+=(-e "$v")
   done
-  if [[ -n "${HF_HOME:-}" ]]; then
-    mkdir -p "$HF_HOME"   # else the daemon creates it, owned by root
-    local hf_home
-    hf_home="$(cd "$HF_HOME" && pwd)"
-    args+=(-v "$hf_home:$hf_home" -e "HF_HOME=$hf_home")
-  fi
+  # Hugging Face caches survive the container: HF_HOME defaults to <repo>/hf_home (upstream's
+  # default, git-ignored); HF_DATASETS_CACHE only when set (else it lives in HF_HOME).
+  nrl_add_cache HF_HOME "${HF_HOME:-$_NRL_REPO_ROOT/hf_home}"
+  [[ -z "${HF_DATASETS_CACHE:-}" ]] || nrl_add_cache HF_DATASETS_CACHE "$HF_DATASETS_CACHE"
   local gpu
   while IFS= read -r gpu; do
     [[ -n "$gpu" ]] && args+=("$gpu")

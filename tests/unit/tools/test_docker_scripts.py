@@ -27,7 +27,7 @@ FAKE_DOCKER = f"""#!{sys.executable}
 import json, os, shutil, sys
 argv = sys.argv[1:]
 log = os.environ["FAKE_DOCKER_LOG"]
-env = {{k: os.environ.get(k) for k in ("HF_TOKEN", "DOCKER_BUILDKIT")}}
+env = {{k: os.environ.get(k) for k in ("HF_TOKEN", "WANDB_API_KEY", "DOCKER_BUILDKIT")}}
 with open(log, "a") as f:
     f.write(json.dumps({{"argv": argv, "env": env}}) + "\\n")
 cmd = argv[0] if argv else ""
@@ -202,22 +202,52 @@ def test_exit_code_of_the_container_is_forwarded(fake_repo: Path, fakes: Fakes) 
     assert _run(fake_repo, "tests/run_unit_in_docker.sh", [], env).returncode == 3
 
 
-def test_hf_token_passed_by_name_and_hf_home_mounted(fake_repo: Path, fakes: Fakes, tmp_path: Path) -> None:
+def test_secrets_by_name_and_hf_caches_outside_the_repo_mounted_at_their_path(
+    fake_repo: Path, fakes: Fakes, tmp_path: Path
+) -> None:
     hf_home = tmp_path / "hf" / "home"  # does not exist yet: the script creates it as the user
-    env = {**fakes.env, "CONTAINER": "img:1", "HF_TOKEN": "hf_secret_value", "HF_HOME": str(hf_home)}
+    datasets = tmp_path / "hf" / "datasets"
+    env = {
+        **fakes.env, "CONTAINER": "img:1", "HF_TOKEN": "hf_secret_value", "WANDB_API_KEY": "wandb_secret",
+        "HF_HOME": str(hf_home), "HF_DATASETS_CACHE": str(datasets),
+    }  # fmt: skip
     assert _run(fake_repo, "tests/run_unit_in_docker.sh", [], env).returncode == 0
     argv = fakes.run_call()
-    assert "HF_TOKEN" in _pairs(argv, "-e")
-    assert not any("hf_secret_value" in a for a in argv)  # never on the command line
-    assert fakes.calls()[-1]["env"]["HF_TOKEN"] == "hf_secret_value"  # docker copies it from env
-    assert f"{hf_home}:{hf_home}" in _pairs(argv, "-v")
-    assert f"HF_HOME={hf_home}" in _pairs(argv, "-e")
-    assert hf_home.is_dir()
+    assert {"HF_TOKEN", "WANDB_API_KEY"} <= set(_pairs(argv, "-e"))
+    assert not any("hf_secret_value" in a or "wandb_secret" in a for a in argv)  # never on the command line
+    logged = fakes.calls()[-1]["env"]
+    assert (logged["HF_TOKEN"], logged["WANDB_API_KEY"]) == ("hf_secret_value", "wandb_secret")  # docker copies them
+    assert {f"{hf_home}:{hf_home}", f"{datasets}:{datasets}"} <= set(_pairs(argv, "-v"))
+    assert {f"HF_HOME={hf_home}", f"HF_DATASETS_CACHE={datasets}"} <= set(_pairs(argv, "-e"))
+    assert hf_home.is_dir() and datasets.is_dir()
 
 
-def test_no_hf_arguments_when_unset(fake_repo: Path, fakes: Fakes) -> None:
+def test_hf_home_defaults_to_hf_home_in_the_checkout(fake_repo: Path, fakes: Fakes) -> None:
     assert _run(fake_repo, "tests/run_unit_in_docker.sh", [], {**fakes.env, "CONTAINER": "i"}).returncode == 0
-    assert not any("HF_" in a for a in fakes.run_call())
+    argv = fakes.run_call()
+    # Upstream's default place, reached through the checkout's mount (no second mount).
+    assert [e for e in _pairs(argv, "-e") if e.startswith(("HF_", "WANDB"))] == ["HF_HOME=/workspace/hf_home"]
+    assert _pairs(argv, "-v") == [f"{fake_repo}:/workspace"]
+    assert (fake_repo / "hf_home").is_dir()
+
+
+def test_a_cache_inside_the_checkout_is_used_through_workspace(fake_repo: Path, fakes: Fakes) -> None:
+    env = {**fakes.env, "CONTAINER": "i", "HF_HOME": "caches/hf", "HF_DATASETS_CACHE": str(fake_repo / "ds")}
+    assert _run(fake_repo, "tests/run_unit_in_docker.sh", [], env).returncode == 0
+    argv = fakes.run_call()
+    assert {"HF_HOME=/workspace/caches/hf", "HF_DATASETS_CACHE=/workspace/ds"} <= set(_pairs(argv, "-e"))
+    assert _pairs(argv, "-v") == [f"{fake_repo}:/workspace"]
+
+
+def test_an_hf_home_that_cannot_be_made_is_one_line(fake_repo: Path, fakes: Fakes, tmp_path: Path) -> None:
+    (tmp_path / "a_file").write_text("")
+    env = {**fakes.env, "CONTAINER": "i", "HF_HOME": str(tmp_path / "a_file" / "hf")}
+    res = _run(fake_repo, "tests/run_functional_in_docker.sh", ["functional/sft.sh"], env)
+    assert res.returncode == 2
+    assert res.stderr.splitlines() == [
+        f"error: cannot create HF_HOME={tmp_path}/a_file/hf (set HF_HOME to a folder you can write)"
+    ]
+    assert not [c for c in fakes.calls() if c["argv"][:1] == ["run"]]
 
 
 @pytest.mark.parametrize(
