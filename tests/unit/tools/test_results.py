@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 import subprocess
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -79,25 +80,47 @@ def test_git_commit_outside_a_checkout_says_so(tmp_path: Path) -> None:
     assert results.git_commit(tmp_path).startswith("unknown")
 
 
-def test_readme_jq_line_prints_one_row_per_dated_file(tmp_path: Path) -> None:
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _readme_jq_line() -> str:
+    (line,) = [ln for ln in (REPO / "README.md").read_text().splitlines() if ln.startswith("jq -r ")]
+    return line
+
+
+def _documented_example() -> tuple[str, str, str]:
+    """(module, test, metric) of the example docs/unit-tests.md gives for the jq line."""
+    found = re.search(r'for example `\.metrics\["(\w+)::(\w+)"\]\.(\w+)`', (REPO / "docs/unit-tests.md").read_text())
+    assert found, "docs/unit-tests.md gives no example key for the jq line"
+    module, test, metric = found.groups()
+    return module, test, metric
+
+
+def test_the_documented_example_key_is_a_metric_of_this_repository() -> None:
+    module, test, metric = _documented_example()
+    (source,) = (REPO / "tests" / "unit").rglob(f"{module}.py")
+    text = source.read_text()
+    assert f"def {test}(" in text and f'tracker.track("{metric}"' in text
+
+
+def test_readme_jq_line_prints_the_metric_from_real_results_files(pytester: pytest.Pytester) -> None:
+    """The README's line, with the documented example key, on files the tracker wrote."""
     jq = shutil.which("jq")
     assert jq, "jq is needed for the README's history line: apt-get install jq"
-    # Two runs a minute apart (file names that sort the same in every locale); values that
-    # jq 1.6 and 1.7 print alike (1.7 would print 1.0 as "1.0", 1.6 as "1").
-    for i, commit in enumerate(["a" * 40, "b" * 40]):
-        start = START + timedelta(minutes=i)
-        metrics = {"test_hf_ray_policy::test_lm_policy_generation": {"avg_prob_mult_error": 1.25 + i}}
-        results.write_results(tmp_path, _doc(git_commit=commit, metrics=metrics, start=start), start)
-    line = (
-        "jq -r '[.start_time, .git_commit, "
-        '.metrics["test_hf_ray_policy::test_lm_policy_generation"].avg_prob_mult_error]'
-        " | @tsv' unit_results/*"
-    )
-    out = subprocess.run(["bash", "-c", line], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
-    assert out.splitlines() == [
-        f"2026-03-24 23:34:12\t{'a' * 40}\t1.25",
-        f"2026-03-24 23:35:12\t{'b' * 40}\t2.25",
-    ]
+    module, test, metric = _documented_example()
+    # The example test's shape (the real one trains a model): it tracks the same metric.
+    pytester.makepyfile(**{module: f"def {test}(tracker):\n    tracker.track({metric!r}, 0.25)\n"})
+    for _ in range(2):
+        pytester.runpytest_inprocess("-p", "testharness.tracker", "--unit-results-dir=tests/unit").assert_outcomes(
+            passed=1
+        )
+    line = _readme_jq_line().replace("MODULE::TEST", f"{module}::{test}").replace("METRIC", metric)
+    out = subprocess.run(["bash", "-c", line], cwd=pytester.path, capture_output=True, text=True, check=True).stdout
+    rows = [row.split("\t") for row in out.splitlines()]
+    assert len(rows) == 2
+    for start_time, commit, value in rows:
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", start_time) and commit
+        assert value == "0.25"  # the metric column is not empty
 
 
 def test_a_written_results_file_reads_back_as_the_same_run(tmp_path: Path) -> None:
