@@ -441,3 +441,15 @@ def test_cli_require_tag_prefix(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert not out.exists()
     assert main([logs, "--output_path", str(out), "--require-tag-prefix", "train/"]) == 0
     assert json.loads(out.read_text()) == {"train/loss": {"1": 2.0}, "val/loss": {"1": 3.0}}
+
+
+def test_cli_accepts_upstreams_allow_conflicts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from testharness.tb_dump_cli import main
+
+    write_scalars(tmp_path / "logs" / "one", {"train/loss": {1: 3.0}})
+    write_scalars(tmp_path / "logs" / "two", {"train/loss": {1: 1.0}})
+    assert main([str(tmp_path / "logs"), "--allow-conflicts"]) == 0  # upstream's old flag: the default here
+    assert json.loads(capsys.readouterr().out) == {"train/loss": {"1": 1.0}}
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(tmp_path / "logs"), "--allow-conflicts", "--error-on-conflicts"])
+    assert exit_info.value.code == 2

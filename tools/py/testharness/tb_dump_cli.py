@@ -89,10 +89,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             "e.g. train/ to catch a run that never logged a training step; repeatable"
         ),
     )
-    parser.add_argument(
+    conflicts = parser.add_mutually_exclusive_group()
+    conflicts.add_argument(
         "--error-on-conflicts",
         action="store_true",
         help="fail when two event files log the same metric at the same step",
+    )
+    conflicts.add_argument(
+        "--allow-conflicts",
+        action="store_true",
+        help="the default (the later file wins, with a warning); accepted for upstream's scripts",
     )
     parser.add_argument(
         "--allow-truncated",
