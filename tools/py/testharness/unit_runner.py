@@ -40,7 +40,7 @@ def usage(groups: Sequence[MarkerGroup] = ()) -> str:
         "  --rerun-failures N  rerun a failing test up to N times (pytest-rerunfailures --reruns N)",
         "  --shard I/N         run shard I of N (balanced on past durations); --shard-plan prints it",
         "  -h, --help          this help",
-        "Every other argument goes to pytest (e.g. -k EXPR, -m EXPR, -x, tests/unit/some_test.py).",
+        "Every other argument goes to pytest (e.g. -k EXPR, -m EXPR, -x, FILE.py, FILE.py::TEST).",
         "Without paths the configured test roots run (default tests/unit).",
         "Run it as: uv run --group test bash tests/run_unit.sh",
     ]
