@@ -17,4 +17,5 @@ pytest_plugins = [
     "testharness.remote_select.plugin",
     "testharness.testmon_data",
     "testharness.parallel",
+    "testharness.hygiene.plugin",
 ]

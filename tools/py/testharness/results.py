@@ -1,7 +1,9 @@
 """unit_results.json: the results schema, written and read here only (pure: no pytest, no Ray).
 
 Schema (all keys always present): exit_status, git_commit, start_time, metrics, gpu_types,
-coverage, memory_unit, memory_source, tests. Documented in docs/unit-tests.md ("Results files").
+coverage, memory_unit, memory_source, tests. A test's entry has key, outcome, duration and
+attempts, plus `leaks` (a list) and `hang` (an object) only when the test leaked or timed out
+(testharness.hygiene), so files without them read the same. Documented in docs/unit-tests.md ("Results files").
 The tracker writes it (`build_results`, `write_results`); the history readers (shards,
 report) read it back as typed `Run` records (`read_results_file`), so both sides of the
 schema live in this one module.
@@ -127,14 +129,21 @@ class OutcomeRecord:
     outcome: str = "passed"
     duration: float = 0.0
     attempts: list[str] = field(default_factory=list)
+    leaks: list[dict[str, str]] = field(default_factory=list)  # hygiene: left after teardown
+    hang: dict[str, Any] | None = None  # hygiene: the timeout's diagnosis
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "key": self.key,
             "outcome": self.outcome,
             "duration": round(self.duration, 6),
             "attempts": list(self.attempts),
         }
+        if self.leaks:
+            out["leaks"] = list(self.leaks)
+        if self.hang is not None:
+            out["hang"] = self.hang
+        return out
 
 
 def git_commit(root: Path) -> str:
@@ -246,6 +255,8 @@ class TestRecord:
     outcome: str
     duration: float | None
     attempts: tuple[str, ...]
+    leaks: tuple[Mapping[str, str], ...] = ()  # {"kind", "what", "detail"[, "owner"]}
+    hang: Mapping[str, Any] | None = None  # {"timeout_s", "reason", "stuck", "stacks"}
 
 
 @dataclass(frozen=True)
@@ -297,14 +308,25 @@ def _parse_tests(raw: Any) -> dict[str, TestRecord]:
         attempts = entry.get("attempts")
         outcome = entry.get("outcome")
         duration = finite_number(entry.get("duration"))
+        leaks = entry.get("leaks")
+        hang = entry.get("hang")
         tests[nodeid] = TestRecord(
             nodeid=nodeid,
             key=str(entry.get("key", nodeid)),
             outcome=outcome if isinstance(outcome, str) else "unknown",
             duration=duration if duration is not None and duration >= 0 else None,
             attempts=tuple(a for a in attempts if isinstance(a, str)) if isinstance(attempts, list) else (),
+            leaks=tuple(_leak(x) for x in leaks if _leak(x)) if isinstance(leaks, list) else (),
+            hang=hang if isinstance(hang, dict) else None,
         )
     return tests
+
+
+def _leak(entry: Any) -> dict[str, str]:
+    """A leak entry with its string fields, or {} when it is not one."""
+    if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) for k in ("kind", "what", "detail")):
+        return {}
+    return {k: v for k, v in entry.items() if k in ("kind", "what", "detail", "owner") and isinstance(v, str)}
 
 
 def parse_results(path: Path, data: Any) -> Run:

@@ -29,6 +29,13 @@ the key. Example (this repository's values):
     requires = ["megatron.core"]           # modules that must import when the option is given
     requires_name = "megatron-core"        # what the error calls them
     hint = "uv run --extra mcore --group test bash tests/run_unit.sh --mcore-only"
+
+    [tool.testharness.hygiene]             # leaks and hangs (docs/unit-tests.md, "Leaks and hangs")
+    leak_check = true                      # after every test: actors, placement groups, processes, GPU memory
+    fail_on_leak = false                   # leaks as errors (also --fail-on-leak)
+    gpu_threshold_mib = 1024               # GPU memory growth per GPU that counts as a leak
+    settle_s = 3                           # how long a leak may take to go away after teardown
+    timeout = 900                          # seconds per test (0: off); @pytest.mark.timeout(N) per test
 """
 
 from __future__ import annotations
@@ -89,6 +96,17 @@ class MarkerGroup:
 
 
 @dataclass(frozen=True)
+class Hygiene:
+    """[tool.testharness.hygiene]: the leak check and the per-test timeout (testharness.hygiene)."""
+
+    leak_check: bool = True
+    fail_on_leak: bool = False
+    gpu_threshold_mib: float = 1024.0
+    settle_s: float = 3.0
+    timeout: float = 900.0  # 0: no timeout
+
+
+@dataclass(frozen=True)
 class Settings:
     """The harness settings, with paths resolved against the project root."""
 
@@ -105,6 +123,7 @@ class Settings:
     marker_groups: tuple[MarkerGroup, ...] = ()
     # [tool.testharness.report], raw: the report's rules parser validates it and names the file
     report: Mapping[str, Any] = field(default_factory=dict)
+    hygiene: Hygiene = field(default_factory=Hygiene)
 
 
 class SettingsError(ValueError):
@@ -139,6 +158,12 @@ class _Table:
         if not isinstance(value, bool):
             raise self.error(key, f"must be true or false, got {value!r}")
         return value
+
+    def number(self, key: str, default: float) -> float:
+        value = self.data.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            raise self.error(key, f"must be a number >= 0, got {value!r}")
+        return float(value)
 
     def inside(self, root: Path, key: str, value: str) -> Path:
         """`root / value`, refusing absolute paths and `..` (the path must stay in the project)."""
@@ -202,6 +227,22 @@ def _marker_groups(table: _Table) -> tuple[MarkerGroup, ...]:
     return tuple(groups)
 
 
+def _hygiene(table: _Table) -> Hygiene:
+    raw = _sub_table(table.data, "hygiene", table.file, f"{TABLE[:-1]}.hygiene]")
+    t = _Table(raw, table.file, f"{TABLE[:-1]}.hygiene]")
+    unknown = sorted(set(raw) - {"leak_check", "fail_on_leak", "gpu_threshold_mib", "settle_s", "timeout"})
+    if unknown:
+        raise t.error(unknown[0], "is not a known key")
+    d = Hygiene()
+    return Hygiene(
+        leak_check=t.flag("leak_check", d.leak_check),
+        fail_on_leak=t.flag("fail_on_leak", d.fail_on_leak),
+        gpu_threshold_mib=t.number("gpu_threshold_mib", d.gpu_threshold_mib),
+        settle_s=t.number("settle_s", d.settle_s),
+        timeout=t.number("timeout", d.timeout),
+    )
+
+
 def load_settings(root: Path) -> Settings:
     """Read `root/pyproject.toml`'s [tool.testharness]; defaults when the file or table is absent."""
     pyproject = root / "pyproject.toml"
@@ -236,6 +277,7 @@ def load_settings(root: Path) -> Settings:
         remote_state_file=file("remote_state_file", DEFAULT_REMOTE_STATE_FILE),
         marker_groups=_marker_groups(table),
         report=_sub_table(table.data, "report", pyproject, f"{TABLE[:-1]}.report]"),
+        hygiene=_hygiene(table),
     )
 
 

@@ -42,6 +42,7 @@ class _State:
     metrics: dict[str, dict[str, Any]] = field(default_factory=dict)
     tests: dict[str, results.OutcomeRecord] = field(default_factory=dict)
     pending: dict[str, tuple[str, float]] = field(default_factory=dict)  # attempt in progress
+    hygiene: dict[str, dict[str, Any]] = field(default_factory=dict)  # leaks/hang of the attempt
     gpu_names: set[str] = field(default_factory=set)
     memory_source: str = "none"
     cluster_read: bool = False
@@ -136,6 +137,10 @@ def _finish_attempt(st: _State, nodeid: str) -> None:
     rec = st.tests.setdefault(nodeid, results.OutcomeRecord(key=st.key(nodeid)))
     rec.outcome, rec.duration = outcome, duration
     rec.attempts.append(outcome)
+    extra = st.hygiene.pop(nodeid, {})  # testharness.hygiene: carried on the reports
+    rec.leaks.extend(extra.get("leaks", []))
+    if extra.get("hang") is not None:
+        rec.hang = extra["hang"]
 
 
 # --- the fixture -------------------------------------------------------------------------
@@ -304,6 +309,11 @@ class _Recorder:
             if _MEMORY_RANK.get(source, 0) > _MEMORY_RANK.get(st.memory_source, 0):
                 st.memory_source = source
             st.gpu_names.update(names)
+        for name in ("leaks", "hang"):  # set by testharness.hygiene (xdist carries them)
+            value = getattr(report, f"testharness_{name}", None)
+            if value:
+                extra = st.hygiene.setdefault(report.nodeid, {})
+                extra[name] = [*extra.get(name, []), *value] if name == "leaks" else value
         phase = _phase_outcome(report)
         if report.when == "setup" or report.nodeid not in st.pending:
             st.pending[report.nodeid] = (phase, report.duration)

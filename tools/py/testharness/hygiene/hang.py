@@ -1,0 +1,256 @@
+"""Hang diagnosis: the stacks of a hung test's processes, where they are stuck, and their end.
+
+Stacks come from `py-spy dump` (a wheel in the test group), attached from outside: a hung
+actor cannot run anything we would ask it to (its only thread is in the stuck call, and
+ray.get in the test process does not even deliver a Python signal handler's exception), and
+py-spy needs no cooperation from the workers, which may be started by a cluster the harness
+did not configure (RAY_ADDRESS) or from a different environment. Where py-spy may not attach
+(ptrace forbidden: kernel.yama.ptrace_scope >= 1 without CAP_SYS_PTRACE), the stack entry says
+so and the reason still names the actor class and method from the worker's process title
+(`ray::Class.method`). Workers on other nodes are dumped by a zero-CPU Ray task pinned to the
+node, which runs py-spy there.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from testharness.hygiene import probe
+from testharness.hygiene.core import (
+    Actor,
+    Proc,
+    Snapshot,
+    Stack,
+    Stuck,
+    Thread,
+    actor_stuck,
+    driver_stuck,
+    frames_of_python,
+    hang_reason,
+    hang_record,
+    parse_pyspy_json,
+)
+
+PYSPY_TIMEOUT_S = 20.0
+
+
+def pyspy_path() -> str | None:
+    here = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    return here if os.access(here, os.X_OK) else shutil.which("py-spy")
+
+
+def _run_pyspy(exe: str | None, pid: int) -> tuple[int, str, str]:
+    if exe is None:
+        return 127, "", "py-spy is not installed (pip install py-spy)"
+    try:
+        proc = subprocess.run(
+            [exe, "dump", "--json", "--full-filenames", "--pid", str(pid)],
+            capture_output=True,
+            text=True,
+            timeout=PYSPY_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return 1, "", str(exc)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def _first_error_line(stderr: str) -> str:
+    for line in stderr.splitlines():
+        line = line.strip()
+        if line and not line.startswith(("Caused by", "Stack backtrace")):
+            return line.removeprefix("Error: ")[:200]
+    return "py-spy failed"
+
+
+def _stack(label: str, pid: int, result: tuple[int, str, str], root: str, actor_class: str = "") -> Stack:
+    rc, out, err = result
+    if rc != 0:
+        if "Permission denied" in err or "Operation not permitted" in err:
+            return Stack(label, pid, error="py-spy may not attach (ptrace forbidden here)", actor_class=actor_class)
+        return Stack(label, pid, error=_first_error_line(err), actor_class=actor_class)
+    try:
+        return Stack(label, pid, parse_pyspy_json(out, root), actor_class=actor_class)
+    except ValueError as exc:
+        return Stack(label, pid, error=str(exc), actor_class=actor_class)
+
+
+def _remote_dump(node_id: str, pids: list[int], exe: str | None) -> list[tuple[int, str, str]]:
+    """py-spy on another node, from a zero-CPU task pinned there (built in a function so
+    cloudpickle ships it by value: workers need not import testharness)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    def dump(pids: list[int], exe: str | None) -> list[tuple[int, str, str]]:
+        import subprocess as sp
+
+        out = []
+        for pid in pids:
+            try:
+                p = sp.run([exe or "py-spy", "dump", "--json", "--full-filenames", "--pid", str(pid)],
+                           capture_output=True, text=True, timeout=20, check=False)  # fmt: skip
+                out.append((p.returncode, p.stdout, p.stderr))
+            except Exception as exc:
+                out.append((1, "", str(exc)))
+        return out
+
+    task: Any = ray.remote(num_cpus=0)(dump).options(
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)
+    )
+    try:
+        return list(ray.get(task.remote(pids, exe), timeout=PYSPY_TIMEOUT_S + 10))
+    except Exception as exc:
+        return [(1, "", f"could not reach node {node_id[:8]}: {exc}")] * len(pids)
+
+
+def _job_task_workers(job_hex: str, actor_pids: set[int]) -> list[Proc]:
+    """This node's Ray workers running one of this job's tasks (title `ray::name`, not IDLE)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in actor_pids:
+            continue
+        pid = int(entry)
+        title = probe._title(pid)
+        if not title.startswith("ray::") or title.startswith(("ray::IDLE", "ray::DashboardAgent", "ray::RuntimeEnv")):
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                env = fh.read()
+        except OSError:
+            continue
+        if f"RAY_JOB_ID={job_hex}".encode() in env.split(b"\0"):
+            found.append(Proc(pid, 0.0, title))
+    return found
+
+
+@dataclass
+class Diagnosis:
+    reason: str
+    record: dict[str, Any]
+    text: str  # every stack, for the log
+    main_in_ray: bool = False  # the test process's main thread is inside Ray (ray.get, ray.wait)
+
+
+def driver_stack(main_ident: int | None, root: str) -> tuple[Stack, tuple[Any, ...]]:
+    """This process's threads (the test runs in the main one), innermost frame first."""
+    threads = []
+    main_frames: tuple[Any, ...] = ()
+    names = {t.ident: t.name for t in threading.enumerate()}
+    for ident, frame in sys._current_frames().items():
+        if ident == threading.get_ident():
+            continue  # the watchdog itself
+        frames = frames_of_python(((f.name, f.filename, f.lineno or 0) for f in traceback.extract_stack(frame)), root)
+        name = names.get(ident, str(ident))
+        if ident == main_ident:
+            main_frames = frames
+            name = "MainThread"
+        threads.append(Thread(name, frames))
+    threads.sort(key=lambda t: t.name != "MainThread")
+    return Stack(f"test process (pid {os.getpid()})", os.getpid(), tuple(threads)), main_frames
+
+
+def diagnose(
+    timeout_s: float, before: Snapshot, test_file: str, root: str, main_ident: int | None
+) -> tuple[Diagnosis, list[Actor], list[Proc]]:
+    """Stacks of the test process, of every live actor of this job and of this node's workers
+    running this job's tasks; the reason; and what to end (the actors the test created or
+    that are stuck in a call, the test's child processes, the task workers)."""
+    driver, main_frames = driver_stack(main_ident, root)
+    stacks: list[Stack] = [driver]
+    actors: list[Actor] = []
+    tasks: list[Proc] = []
+    ray = probe.ray_connected()
+    exe = pyspy_path()
+    if ray is not None:
+        try:
+            job = probe.job_id_hex(ray)
+            actors = sorted(probe.read_actors(ray, job).values(), key=lambda a: (a.class_name, a.id))
+            here = str(ray.get_runtime_context().get_node_id())
+            tasks = _job_task_workers(job, {a.pid for a in actors if a.node_id == here})
+        except Exception:
+            actors, tasks, here = [], [], ""
+        local = [a for a in actors if a.node_id == here and a.pid]
+        remote: dict[str, list[Actor]] = {}
+        for a in actors:
+            if a.node_id != here and a.pid:
+                remote.setdefault(a.node_id, []).append(a)
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            local_results = list(pool.map(lambda p: _run_pyspy(exe, p), [a.pid for a in local]))
+            task_results = list(pool.map(lambda p: _run_pyspy(exe, p.pid), tasks))
+            remote_results = {
+                n: pool.submit(_remote_dump, n, [a.pid for a in group], exe) for n, group in remote.items()
+            }
+            for a, res in zip(local, local_results, strict=True):
+                stacks.append(_stack(_actor_label(a), a.pid, res, root, a.class_name))
+            for t, res in zip(tasks, task_results, strict=True):
+                stacks.append(_stack(f"task worker {t.title} (pid {t.pid})", t.pid, res, root))
+            for n, fut in remote_results.items():
+                for a, res in zip(remote[n], fut.result(), strict=True):
+                    stacks.append(_stack(_actor_label(a), a.pid, res, root, a.class_name))
+    stuck: list[Stuck] = []
+    for s in stacks[1:]:
+        found = actor_stuck(s)
+        if found is None and s.error and s.actor_class:
+            title = probe._title(s.pid)  # without a stack, the title still says the method
+            if title.startswith(f"ray::{s.actor_class}."):
+                found = _title_only(s, title)
+        if found is not None:
+            stuck.append(found)
+    reason = hang_reason(timeout_s, stuck, driver_stuck(main_frames, test_file))
+    text = "\n".join([reason, *(s.text() for s in stacks)])
+    busy_pids = {s.pid for s in stacks[1:] if actor_stuck(s) is not None}
+    to_end = [a for a in actors if a.id not in before.actors or a.pid in busy_pids]
+    new_procs = [p for k, p in probe.child_processes().items() if k not in before.procs]
+    in_ray = any(f.file.startswith("ray/") for f in main_frames)
+    return Diagnosis(reason, hang_record(timeout_s, reason, stuck, stacks), text, in_ray), to_end, new_procs + tasks
+
+
+def _title_only(stack: Stack, title: str) -> Stuck:
+    from testharness.hygiene.core import Frame
+
+    method = title.removeprefix("ray::").split(" ", 1)[0]
+    frame = Frame(method, "<line unknown: " + stack.error + ">", 0)
+    return Stuck(f"actor {method}", frame, frame)
+
+
+def _actor_label(a: Actor) -> str:
+    name = f" {a.name!r}" if a.name else ""
+    return f"actor {a.class_name}{name} (pid {a.pid}, node {a.node_id[:8]})"
+
+
+def end_actors(actors: list[Actor]) -> None:
+    """Kill actors by id, no restart (what ray.kill does with a handle)."""
+    ray = probe.ray_connected()
+    if ray is None:
+        return
+    try:
+        core = ray._private.worker.global_worker.core_worker
+    except Exception:
+        core = None
+    for a in actors:
+        try:
+            core.kill_actor(ray.ActorID.from_hex(a.id), True)
+        except Exception:
+            try:  # a local process at least
+                if a.pid:
+                    os.kill(a.pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def end_processes(procs: list[Proc]) -> None:
+    """SIGKILL the processes, children first (a parent may respawn them)."""
+    for p in sorted(procs, key=lambda p: -p.pid):
+        try:
+            os.kill(p.pid, signal.SIGKILL)
+        except OSError:
+            pass

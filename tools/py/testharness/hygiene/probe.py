@@ -1,0 +1,288 @@
+"""Readings for the leak check: this process's Ray job (GCS), its children (/proc), its GPUs (NVML).
+
+Nothing here starts Ray or imports it when the process has not: a test run without Ray reads
+processes and GPUs only. Every reading is cheap enough to take around every test (see
+bench/hygiene_overhead.py): one GCS call for the job's actors, one for placement groups, a walk
+of /proc/<pid>/task/*/children from this process, and NVML's counters with NVML left open.
+
+Actors and placement groups are read from the GCS through the client Ray already holds for
+this driver (`ray._private.state`, what `ray.util.state` falls back on without the dashboard;
+the state API itself needs `ray[default]` and a dashboard, and costs an HTTP round trip). Only
+this driver's job is read, so xdist workers sharing one cluster never see each other's actors.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from testharness.hygiene.core import Actor, Group, Proc, Snapshot
+
+MIB = 1024 * 1024
+_ACTOR_STATES = {0: "DEPENDENCIES_UNREADY", 1: "PENDING_CREATION", 2: "ALIVE", 3: "RESTARTING", 4: "DEAD"}
+_PG_REMOVED = 4  # PlacementGroupTableData.REMOVED
+_PG_STRATEGIES = {0: "PACK", 1: "SPREAD", 2: "STRICT_PACK", 3: "STRICT_SPREAD"}
+
+
+def ray_connected() -> Any:
+    """The ray module when this process is connected to a cluster, else None (never imports it)."""
+    if "ray" not in sys.modules:
+        return None
+    ray = sys.modules["ray"]
+    try:
+        return ray if ray.is_initialized() else None
+    except Exception:
+        return None
+
+
+def job_id_hex(ray: Any) -> str:
+    return str(ray.get_runtime_context().get_job_id())
+
+
+def _accessor() -> Any:
+    from ray._private import state as ray_state
+
+    return ray_state.state._connect_and_get_accessor()
+
+
+def read_actors(ray: Any, job_hex: str) -> dict[str, Actor]:
+    """Every actor of this job that is not dead (pending, alive or restarting)."""
+    from ray.core.generated import gcs_pb2
+
+    raw = _accessor().get_actor_table(ray.JobID.from_hex(job_hex), None)
+    actors = {}
+    for blob in raw:
+        data = gcs_pb2.ActorTableData.FromString(blob)  # type: ignore[attr-defined,unused-ignore]
+        if data.state == 4:  # DEAD
+            continue
+        actor_id = data.actor_id.hex()
+        actors[actor_id] = Actor(
+            id=actor_id,
+            class_name=data.class_name,
+            pid=int(data.pid),
+            node_id=data.address.node_id.hex(),
+            name=data.name,
+            namespace=data.ray_namespace if data.name else "",
+            detached=bool(data.is_detached),
+            state=_ACTOR_STATES.get(int(data.state), str(data.state)),
+        )
+    return actors
+
+
+def read_groups(job_hex: str) -> dict[str, Group]:
+    """Placement groups this job created that are not removed."""
+    from ray.core.generated import gcs_pb2
+
+    groups = {}
+    for blob in _accessor().get_placement_group_table():
+        data = gcs_pb2.PlacementGroupTableData.FromString(blob)  # type: ignore[attr-defined,unused-ignore]
+        if data.state == _PG_REMOVED or data.creator_job_id.hex() != job_hex:
+            continue
+        group_id = data.placement_group_id.hex()
+        groups[group_id] = Group(
+            id=group_id,
+            name=data.name,
+            strategy=_PG_STRATEGIES.get(int(data.strategy), str(data.strategy)),
+            bundles=len(data.bundles),
+        )
+    return groups
+
+
+# --- processes ---------------------------------------------------------------------------
+
+
+def _ray_markers() -> tuple[str, ...]:
+    markers = ["/site-packages/ray/", "/dist-packages/ray/"]
+    ray = sys.modules.get("ray")
+    if ray is not None and getattr(ray, "__file__", None):
+        markers.append(os.path.dirname(str(ray.__file__)) + "/")
+    return tuple(markers)
+
+
+def is_ray_process(title: str, markers: tuple[str, ...]) -> bool:
+    """Ray's own processes (GCS, raylet, dashboard, log monitor, workers `ray::...`): the Ray
+    check covers what runs in them; their subtree is never a test's child process."""
+    if title.startswith("ray::"):
+        return True
+    head = title[:600]
+    return any(m in head for m in markers) or head.split(" ", 1)[0].endswith(("/raylet", "/gcs_server"))
+
+
+def _children(pid: int) -> list[int]:
+    kids: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return kids
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as fh:
+                kids.extend(int(x) for x in fh.read().split())
+        except (OSError, ValueError):
+            continue
+    return kids
+
+
+def _title(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
+def _stat(pid: int) -> tuple[str, float] | None:
+    """(state letter, start time in clock ticks) from /proc/<pid>/stat, None when gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    fields = text.rsplit(")", 1)[-1].split()
+    try:
+        return fields[0], float(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+_HAS_PROC_CHILDREN = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
+
+
+def child_processes(root_pid: int | None = None) -> dict[tuple[int, float], Proc]:
+    """Running descendants of this process, Ray's processes and their subtrees left out."""
+    root = os.getpid() if root_pid is None else root_pid
+    if not _HAS_PROC_CHILDREN:
+        return _child_processes_psutil(root)
+    markers = _ray_markers()
+    found: dict[tuple[int, float], Proc] = {}
+    stack = [root]
+    while stack:
+        for pid in _children(stack.pop()):
+            stat = _stat(pid)
+            if stat is None or stat[0] in ("Z", "X"):  # gone, or exited and not yet reaped
+                continue
+            title = _title(pid)
+            if is_ray_process(title, markers):
+                continue
+            found[(pid, stat[1])] = Proc(pid, stat[1], title)
+            stack.append(pid)
+    return found
+
+
+def _child_processes_psutil(root: int) -> dict[tuple[int, float], Proc]:
+    try:
+        import psutil
+    except ImportError:
+        return {}
+    markers = _ray_markers()
+    found: dict[tuple[int, float], Proc] = {}
+    try:
+        stack = [psutil.Process(root)]
+    except psutil.Error:
+        return found
+    while stack:
+        try:
+            kids = stack.pop().children()
+        except psutil.Error:
+            continue
+        for p in kids:
+            try:
+                if p.status() == psutil.STATUS_ZOMBIE:
+                    continue
+                title = " ".join(p.cmdline())
+                start = p.create_time()
+            except psutil.Error:
+                continue
+            if is_ray_process(title, markers):
+                continue
+            found[(p.pid, start)] = Proc(p.pid, start, title)
+            stack.append(p)
+    return found
+
+
+def alive(pid: int, start: float) -> bool:
+    stat = _stat(pid)
+    return stat is not None and stat[0] not in ("Z", "X") and (not _HAS_PROC_CHILDREN or stat[1] == start)
+
+
+# --- GPUs --------------------------------------------------------------------------------
+
+
+class Gpus:
+    """Memory in use per GPU, NVML kept open between readings (nvmlInit costs ~10 ms)."""
+
+    def __init__(self) -> None:
+        self._nvml: Any = None
+        self._handles: list[Any] | None = None
+        self._cluster: bool | None = None  # several Ray nodes: read them all through Ray
+
+    def _local(self) -> dict[str, float]:
+        if self._handles is None:
+            self._handles = []
+            try:
+                import pynvml  # type: ignore[import-untyped,unused-ignore]
+
+                pynvml.nvmlInit()
+                self._nvml = pynvml
+                self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+            except Exception:  # no NVML, no driver: a machine without GPUs
+                self._handles = []
+        out = {}
+        for i, handle in enumerate(self._handles):
+            try:
+                out[f"local:{i}"] = self._nvml.nvmlDeviceGetMemoryInfo(handle).used / MIB
+            except Exception:
+                continue
+        return out
+
+    def read(self) -> dict[str, float]:
+        """This machine's GPUs; every node's when the connected Ray cluster has several."""
+        ray = ray_connected()
+        if ray is not None and self._cluster is None:
+            try:
+                self._cluster = sum(1 for n in ray.nodes() if n.get("Alive")) > 1
+            except Exception:
+                self._cluster = False
+        if ray is not None and self._cluster:
+            from testharness import gpu
+
+            try:
+                return {
+                    f"node{n}:{i}": used
+                    for n, node in enumerate(gpu.cluster_readings(timeout_s=30))
+                    for i, used in enumerate(node.gpu_used_mib)
+                }
+            except Exception:
+                pass
+        return self._local()
+
+    def close(self) -> None:
+        if self._nvml is not None and self._handles:
+            try:
+                self._nvml.nvmlShutdown()
+            except Exception:
+                pass
+        self._handles, self._nvml = None, None
+
+
+def snapshot(gpus: Gpus | None) -> Snapshot:
+    """One reading: this job's actors and groups (when Ray is connected), processes, GPUs."""
+    ray = ray_connected()
+    actors: dict[str, Actor] = {}
+    groups: dict[str, Group] = {}
+    read_ray = False
+    if ray is not None:
+        try:
+            job = job_id_hex(ray)
+            actors, groups = read_actors(ray, job), read_groups(job)
+            read_ray = True
+        except Exception:  # the cluster is going away: nothing to read
+            actors, groups = {}, {}
+    return Snapshot(
+        actors=actors,
+        groups=groups,
+        procs=child_processes(),
+        gpus=gpus.read() if gpus is not None else {},
+        ray=read_ray,
+    )
