@@ -292,3 +292,27 @@ def test_frees_its_gpu_memory():
     assert grew >= 2048, leak
     assert "leaks" not in tests["test_gpu.py::test_frees_its_gpu_memory"]
     result.stdout.fnmatch_lines(["test_gpu.py::test_holds_gpu_memory: 1 leak(s)", "    gpu memory GPU local:*"])
+
+
+def test_a_test_hung_in_its_own_process_fails_at_its_timeout_naming_its_line(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_slow="""
+import time
+import pytest
+
+@pytest.mark.timeout(1)
+def test_sleeps():
+    time.sleep(120)
+
+def test_next():
+    pass
+"""
+    )
+    start = time.monotonic()
+    result = pytester.runpytest("-p", "no:cacheprovider", "--unit-results-dir", "out")
+    assert time.monotonic() - start < 30
+    result.assert_outcomes(failed=1, passed=1)
+    reason = "Timeout: the test ran over 1 s; no Ray actor was busy; test process at test_slow.py:6"
+    result.stdout.fnmatch_lines([f"{reason}*"])
+    hung = json.loads((pytester.path / "out" / "unit_results.json").read_text())["tests"]["test_slow.py::test_sleeps"]
+    assert hung["hang"]["reason"].startswith(reason) and hung["hang"]["stacks"][0]["process"].startswith("test process")
