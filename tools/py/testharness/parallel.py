@@ -27,12 +27,14 @@ business (the controller writes; workers send what they measured with their repo
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Generator
+import uuid
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -214,49 +216,74 @@ class _Worker:
         if self.run_first and not is_first:
             markers = [done_marker(self.shared_dir, n) for n in self.run_first]
             wait_for_markers(markers, RUN_FIRST_TIMEOUT_S)
-        lease = self._hold_gpus(item) if item.get_closest_marker("uses_cuda") and self.gpus else None
+        release = self._hold_gpus(item) if item.get_closest_marker("uses_cuda") and self.gpus else None
         try:
             return (yield)
         finally:
-            if lease is not None:
-                _release(lease)
+            if release is not None:
+                release.touch()  # the lease actor sees it and ends, freeing the GPUs
             if is_first:
                 done_marker(self.shared_dir, item.nodeid).touch()
 
-    def _hold_gpus(self, item: pytest.Item) -> Any:
+    def _hold_gpus(self, item: pytest.Item) -> Path | None:
+        release = self.shared_dir / f"gpu_lease_{uuid.uuid4().hex}.release"
         try:
-            return hold_node_gpus(self.lease_timeout_s)
+            return release if hold_node_gpus(self.lease_timeout_s, release) else None
         except TimeoutError as exc:
             item.add_marker(pytest.mark.skip(reason=f"uses_cuda: {exc}"))  # reported, never silent
             return None
 
 
-def hold_node_gpus(timeout_s: float) -> Any:
+def hold_node_gpus(timeout_s: float, release_file: Path) -> bool:
     """Ask the shared cluster for every GPU of this node with a placeholder actor and wait
-    until it holds them; TimeoutError (one line) if they did not come free in time."""
+    until it holds them (False: this node has no GPU). TimeoutError (one line) if they did not
+    come free in time. The lease ends when `release_file` exists or this process is gone.
+
+    The test process is left as it was found: the lease is a detached actor that ends itself,
+    so a process that was not connected to Ray is disconnected again (the test's own
+    `ray.init()` is not refused as a second one) and releasing needs no Ray connection (the
+    test may have connected to a cluster of its own)."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    if not ray.is_initialized():
-        ray.init(address=os.environ.get("RAY_ADDRESS") or "auto", log_to_driver=False)
-    node_id = ray.get_runtime_context().get_node_id()
-    gpus = next((n["Resources"].get("GPU", 0) for n in ray.nodes() if n["NodeID"] == node_id), 0)
-    if not gpus:
-        return None
-    lease: Any = (
-        ray.remote(num_cpus=0)(_placeholder())
-        .options(num_gpus=gpus, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
-        .remote()
-    )
+    with _connected():
+        node_id = ray.get_runtime_context().get_node_id()
+        gpus = next((n["Resources"].get("GPU", 0) for n in ray.nodes() if n["NodeID"] == node_id), 0)
+        if not gpus:
+            return False
+        lease: Any = (
+            ray.remote(num_cpus=0)(_placeholder())
+            .options(
+                num_gpus=gpus,
+                lifetime="detached",
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+            )
+            .remote(str(release_file), os.getpid())
+        )
+        try:
+            ray.get(lease.held.remote(), timeout=timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            ray.kill(lease)
+            raise TimeoutError(
+                f"the {gpus:g} GPU(s) of this node were not free within {timeout_s:g} s; "
+                f"set {LEASE_TIMEOUT_ENV} to wait longer"
+            ) from None
+    return True
+
+
+@contextlib.contextmanager
+def _connected() -> Iterator[None]:
+    """Connected to the shared cluster for the block; disconnected after it if we connected."""
+    import ray
+
+    if ray.is_initialized():
+        yield
+        return
+    ray.init(address=os.environ.get("RAY_ADDRESS") or "auto", log_to_driver=False)
     try:
-        ray.get(lease.held.remote(), timeout=timeout_s)
-    except ray.exceptions.GetTimeoutError:
-        ray.kill(lease)
-        raise TimeoutError(
-            f"the {gpus:g} GPU(s) of this node were not free within {timeout_s:g} s; "
-            f"set {LEASE_TIMEOUT_ENV} to wait longer"
-        ) from None
-    return lease
+        yield
+    finally:
+        ray.shutdown()
 
 
 def _placeholder() -> type:
@@ -264,16 +291,28 @@ def _placeholder() -> type:
     testharness."""
 
     class GpuLease:
+        def __init__(self, release_file: str, owner_pid: int) -> None:
+            import os
+            import threading
+            import time
+
+            def owner_alive() -> bool:
+                try:
+                    os.kill(owner_pid, 0)  # same node (node affinity), so the pid is ours to probe
+                    return True
+                except ProcessLookupError:
+                    return False
+                except PermissionError:
+                    return True
+
+            def hold() -> None:
+                while not os.path.exists(release_file) and owner_alive():
+                    time.sleep(0.1)
+                os._exit(0)  # the actor ends; Ray frees the GPUs (a detached actor is not restarted)
+
+            threading.Thread(target=hold, daemon=True).start()
+
         def held(self) -> bool:
             return True
 
     return GpuLease
-
-
-def _release(lease: Any) -> None:
-    import ray
-
-    try:
-        ray.kill(lease)
-    except Exception:  # the cluster is going away: nothing left to hold
-        pass
