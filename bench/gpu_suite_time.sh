@@ -14,7 +14,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 WHEELS="${1:?usage: bash bench/gpu_suite_time.sh WHEEL_DIR start|wait SECONDS [args]}"
 MODE="${2:?start or wait}"; SECONDS_MAX="${3:-540}"; shift 3 || shift $#
 OUT="${OUT:-/tmp/gpu_out}"; WORK=/tmp/gpu_suite; mkdir -p "$OUT" "$WORK"
-export PYTHON=python3 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+export PYTHON=python3 PYTHONUNBUFFERED=1  # no HF_HUB_OFFLINE: the suite is offline by construction
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 

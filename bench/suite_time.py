@@ -188,7 +188,7 @@ def run_suite(label: str, use_uv: bool, python: str, extra: list[str], timeout: 
     else:
         cmd = ["bash", "tests/run_unit.sh", *extra]
         env["PYTHON"] = python
-        path += [".", "tools/py"]
+        path += [str(ROOT), str(ROOT / "tools" / "py")]  # absolute: nested pytests run elsewhere
     if phases:
         cmd.append("--durations=0")  # every phase of every test (the last --durations wins)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [*path, env.get("PYTHONPATH", "")]))

@@ -137,7 +137,11 @@ def _passed(proc: subprocess.CompletedProcess[str]) -> set[str]:
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
     if UV is None:
-        pytest.fail("uv is needed to build the fresh venv (pip install uv)")
+        # The documented workflow runs under uv, so CI must have it; a machine without uv
+        # (a GPU box that runs the suite with python3 and carried wheels) cannot build the venv.
+        if os.environ.get("CI"):
+            pytest.fail("uv is needed to build the fresh venv (pip install uv)")
+        pytest.skip("needs uv to build a fresh venv (pip install uv); CI=true makes this a failure")
     base = tmp_path_factory.mktemp("plugin_package")
     venv = base / "venv"
     subprocess.run([UV, "venv", "-q", "--python", sys.executable, str(venv)], check=True, timeout=120)

@@ -115,7 +115,8 @@ def test_rerun_failures_becomes_reruns(project: Path) -> None:
 
 def test_missing_pytest_or_ray_says_how_to_run_it(project: Path, tmp_path: Path) -> None:
     bare = tmp_path / "bare-python"
-    bare.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')  # -S: no site-packages
+    # -S: no site-packages; nor packages put on PYTHONPATH (as on a machine without uv)
+    bare.write_text(f'#!/bin/sh\nunset PYTHONPATH\nexec {sys.executable} -S "$@"\n')
     bare.chmod(0o755)
     proc = _run(project, python=str(bare))
     assert proc.returncode == 2
