@@ -100,17 +100,33 @@ def local_head_address() -> str | None:
 
 
 def count_local_gpus() -> int:
-    """GPUs on this machine, via NVML (no CUDA context is created)."""
+    """GPUs of this machine that this process may use: NVML's count (no CUDA context is
+    created), limited by CUDA_VISIBLE_DEVICES as CUDA (and Ray's own detection) would."""
     try:
         import pynvml
 
         pynvml.nvmlInit()
         try:
-            return int(pynvml.nvmlDeviceGetCount())
+            present = int(pynvml.nvmlDeviceGetCount())
         finally:
             pynvml.nvmlShutdown()
     except Exception:  # no driver / no library: a CPU machine
         return 0
+    return visible_gpu_count(present, os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def visible_gpu_count(present: int, cuda_visible_devices: str | None) -> int:
+    """How many of `present` GPUs CUDA_VISIBLE_DEVICES leaves visible: unset, all of them;
+    otherwise the entries up to the first invalid one ("" and "-1" hide every GPU)."""
+    if cuda_visible_devices is None:
+        return present
+    entries = 0
+    for entry in cuda_visible_devices.split(","):
+        entry = entry.strip()
+        if not entry or entry.startswith("-"):
+            break
+        entries += 1
+    return min(entries, present)
 
 
 _TIMED_OUT = re.compile(r"timed out|timeout|deadline exceeded", re.IGNORECASE)

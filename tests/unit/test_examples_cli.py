@@ -229,7 +229,12 @@ finally:
 
 
 def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    """The examples run on the CPU with a Ray cluster of their own: these tests are about the
+    command line (checks, errors, Ctrl-C), not GPU work, so under -n they neither wait for
+    nor hold a GPU (tests/unit/algorithms runs the examples on the GPUs)."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
 
 
 def run_script(
@@ -307,7 +312,6 @@ def _group_members(pgid: int) -> list[int]:
     return members
 
 
-@pytest.mark.uses_cuda  # its own Ray cluster, outside the shared one's GPU accounting
 def test_worker_error_is_one_line_with_the_traceback_in_a_log(in_repo: Path, tmp_path: Path, tiny_llama: str) -> None:
     """A model folder that passes the checks but whose weights are corrupt: the worker fails."""
     model = tmp_path / "model"
@@ -336,7 +340,6 @@ def test_worker_error_is_one_line_with_the_traceback_in_a_log(in_repo: Path, tmp
     assert "Traceback (most recent call last)" in log and "dtensor_policy_worker.py" in log
 
 
-@pytest.mark.uses_cuda  # its own Ray cluster, outside the shared one's GPU accounting
 def test_ctrl_c_stops_cleanly(in_repo: Path, tmp_path: Path) -> None:
     """SIGINT to the process group, as a terminal sends it, once training has started."""
     proc = subprocess.Popen(

@@ -1,0 +1,24 @@
+"""GPU counting for the clusters the library starts."""
+
+from __future__ import annotations
+
+import pytest
+
+from nemo_rl.distributed.ray_cluster import visible_gpu_count
+
+
+@pytest.mark.parametrize(
+    "visible, expected",
+    [
+        (None, 8),  # unset: every GPU
+        ("", 0),  # hides them all (how the tests run an example on the CPU)
+        ("-1", 0),
+        ("0", 1),
+        ("2,5", 2),
+        ("0,1,-1,3", 2),  # CUDA stops at the first invalid entry
+        ("GPU-01436b86-e8f4-6356-8007-51b665c38c3f", 1),  # UUIDs count like indices
+        ("0,1,2,3,4,5,6,7,8,9", 8),  # never more than the machine has
+    ],
+)
+def test_cuda_visible_devices_limits_the_count(visible: str | None, expected: int) -> None:
+    assert visible_gpu_count(8, visible) == expected
