@@ -165,6 +165,7 @@ import time
 
 import pytest
 import ray
+from ray.util.placement_group import placement_group, remove_placement_group
 
 from helpers import LeakyActor, Rank, Sleeper, free_port
 
@@ -175,12 +176,16 @@ def test_leaks_an_actor(ray_session):
     actor = LeakyActor.remote()
     ray.get(actor.ping.remote())
     KEEP.append(actor)  # never killed: alive after teardown
+    KEEP.append(placement_group([{"CPU": 0.1}], name="leaky_pg"))  # never removed
 
 
 def test_cleans_up(ray_session, module_actor):
     actor = LeakyActor.remote()
     ray.get([actor.ping.remote(), module_actor.ping.remote()])
     ray.kill(actor)
+    group = placement_group([{"CPU": 0.1}])
+    ray.get(group.ready())
+    remove_placement_group(group)
 
 
 def test_uses_the_module_actor(module_actor):
@@ -230,8 +235,8 @@ def test_real_ray_a_leaked_actor_is_named_and_hung_actor_methods_fail_with_their
     tests = json.loads((pytester.path / "out" / "unit_results.json").read_text())["tests"]
     out = result.stdout.str()
 
-    (leak,) = tests["test_scenarios.py::test_leaks_an_actor"]["leaks"]
-    assert (leak["kind"], leak["what"]) == ("actor", "LeakyActor"), out
+    leaks = tests["test_scenarios.py::test_leaks_an_actor"]["leaks"]
+    assert [(x["kind"], x["what"]) for x in leaks] == [("actor", "LeakyActor"), ("placement_group", "'leaky_pg'")], out
     for clean in ("test_cleans_up", "test_uses_the_module_actor", "test_nothing_of_the_hung_tests_is_left"):
         assert tests[f"test_scenarios.py::{clean}"]["outcome"] == "passed", out
         assert "leaks" not in tests[f"test_scenarios.py::{clean}"], out  # a module fixture's actor is no leak

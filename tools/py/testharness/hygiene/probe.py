@@ -20,9 +20,6 @@ from typing import Any
 from testharness.hygiene.core import Actor, Group, Proc, Snapshot
 
 MIB = 1024 * 1024
-_ACTOR_STATES = {0: "DEPENDENCIES_UNREADY", 1: "PENDING_CREATION", 2: "ALIVE", 3: "RESTARTING", 4: "DEAD"}
-_PG_REMOVED = 4  # PlacementGroupTableData.REMOVED
-_PG_STRATEGIES = {0: "PACK", 1: "SPREAD", 2: "STRICT_PACK", 3: "STRICT_SPREAD"}
 
 
 def ray_connected() -> Any:
@@ -54,7 +51,7 @@ def read_actors(ray: Any, job_hex: str) -> dict[str, Actor]:
     actors = {}
     for blob in raw:
         data = gcs_pb2.ActorTableData.FromString(blob)  # type: ignore[attr-defined,unused-ignore]
-        if data.state == 4:  # DEAD
+        if data.state == gcs_pb2.ActorTableData.DEAD:  # type: ignore[attr-defined,unused-ignore]
             continue
         actor_id = data.actor_id.hex()
         actors[actor_id] = Actor(
@@ -65,26 +62,28 @@ def read_actors(ray: Any, job_hex: str) -> dict[str, Actor]:
             name=data.name,
             namespace=data.ray_namespace if data.name else "",
             detached=bool(data.is_detached),
-            state=_ACTOR_STATES.get(int(data.state), str(data.state)),
+            state=gcs_pb2.ActorTableData.ActorState.Name(data.state),  # type: ignore[attr-defined,unused-ignore]
         )
     return actors
 
 
 def read_groups(job_hex: str) -> dict[str, Group]:
     """Placement groups this job created that are not removed."""
-    from ray.core.generated import gcs_pb2
+    from ray.core.generated import common_pb2, gcs_pb2
 
+    table = gcs_pb2.PlacementGroupTableData  # type: ignore[attr-defined,unused-ignore]
     groups = {}
     for blob in _accessor().get_placement_group_table():
-        data = gcs_pb2.PlacementGroupTableData.FromString(blob)  # type: ignore[attr-defined,unused-ignore]
-        if data.state == _PG_REMOVED or data.creator_job_id.hex() != job_hex:
+        data = table.FromString(blob)
+        if data.state == table.REMOVED or data.creator_job_id.hex() != job_hex:
             continue
         group_id = data.placement_group_id.hex()
         groups[group_id] = Group(
             id=group_id,
             name=data.name,
-            strategy=_PG_STRATEGIES.get(int(data.strategy), str(data.strategy)),
+            strategy=common_pb2.PlacementStrategy.Name(data.strategy),  # type: ignore[attr-defined,unused-ignore]
             bundles=len(data.bundles),
+            state=table.PlacementGroupState.Name(data.state),
         )
     return groups
 
