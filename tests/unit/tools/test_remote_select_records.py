@@ -52,12 +52,17 @@ OLD_PARSED = {
 }
 OLD_MAP = {
     "format": "testharness.remote_select.map",
-    "version": store.MAP_VERSION,  # 5: the JSON of 4, with relative import_module names found
+    "version": store.MAP_VERSION,  # 6: the parse cache in its own file, stat signatures
     "config": "pkg||tests|test_*.py",
     "files": {"pkg/w.py": "d1"},
     "deps": {"pkg/w.py": []},
     "tests": {"tests/test_w.py": {"nodeids": ["tests/test_w.py::test_a"]}},
-    "parse_cache": {"d1": OLD_PARSED},
+    "stats": {"pkg/w.py": "10:1:1:7"},
+}
+OLD_CACHE = {
+    "format": "testharness.remote_select.parse_cache",
+    "version": store.MAP_VERSION,
+    "entries": {"d1": OLD_PARSED},
 }
 
 
@@ -154,7 +159,18 @@ def test_actor_reports_are_parsed_and_malformed_ones_rejected() -> None:
 
 def test_a_map_of_version_4_is_rebuilt_with_one_warning(tmp_path: Path) -> None:
     map_data, warning = store.load_map(_write(tmp_path / "map.json", {**OLD_MAP, "version": 4}))
-    assert map_data is None and warning == "map.json has format version 4, expected 5; rebuilding it"
+    assert map_data is None and warning == f"map.json has format version 4, expected {store.MAP_VERSION}; rebuilding it"
+
+
+def test_the_parse_cache_is_read_lazily_and_a_malformed_entry_is_a_miss(tmp_path: Path) -> None:
+    bad = {**OLD_PARSED, "funcs": [["W.run", "b1", "0", []]]}
+    _write(tmp_path / "map.parse-cache.json", {**OLD_CACHE, "entries": {"d1": OLD_PARSED, "d2": bad}})
+    map_data, warning = store.load_map(_write(tmp_path / "map.json", OLD_MAP))
+    assert warning is None and map_data is not None
+    assert map_data.parsed.get("d1") == parse_parsed_file(OLD_PARSED)
+    assert map_data.parsed.get("d2") is None  # read that file again
+    store.save_map(tmp_path / "again.json", map_data)  # nothing new: no cache file written
+    assert not (tmp_path / "again.parse-cache.json").exists()
 
 
 def test_files_written_before_typed_records_load_unchanged(tmp_path: Path) -> None:
@@ -188,7 +204,7 @@ def test_files_written_before_typed_records_load_unchanged(tmp_path: Path) -> No
         ("state", {"reach_lists": {"r1": ["pkg/w.py::W.run"]}}),  # a stored function without digest
         ("state", {"reach_lists": {"r1": ["@"]}}),
         ("map", {"tests": {"tests/test_w.py": {"nodeids": "tests/test_w.py::test_a"}}}),
-        ("map", {"parse_cache": {"d1": {**OLD_PARSED, "funcs": [["W.run", "b1", "0", []]]}}}),
+        ("map", {"stats": {"pkg/w.py": 1}}),
         ("map", {"deps": {"pkg/w.py": "pkg/x.py"}}),
     ],
 )

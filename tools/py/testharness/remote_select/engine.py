@@ -95,11 +95,13 @@ class RemoteSelector:
         fp = self.cfg.fingerprint()
         if old is not None and old.config == fp and old.files == digests and set(old.deps) == set(digests):
             return _graph_from_deps(digests, old.deps), old, False
-        parsed = _parse_all(digests, files, old.parsed if old is not None else {})
+        # No usable map: the parse cache file may still be there (kept by CI, say).
+        cache = old.parsed if old is not None else store.ParseCache(store.parse_cache_file(self.files.map_file))
+        parsed = _parse_all(digests, files, cache)
         graph = build_graph(self.cfg, digests, {d: p.refs for d, p in parsed.items()})
         deps = {graph.nodes[i]: [graph.nodes[j] for j in graph.deps[i]] for i in range(graph.n_files)}
         tests = dict(old.tests) if old is not None else {}
-        new = store.MapData(config=fp, files=dict(digests), parsed=parsed, deps=deps, tests=tests)
+        new = store.MapData(config=fp, files=dict(digests), parsed=cache, deps=deps, tests=tests)
         return graph, new, True
 
     def import_digests(self, plan: Plan) -> dict[str, str]:
@@ -121,7 +123,11 @@ class RemoteSelector:
         generations, records, reaches = state.generations, state.tests, state.reaches
 
         files = scan_files(str(self.root), self.cfg)
-        digests = hash_files(files)
+        known = {}
+        if old_map is not None:
+            known = {rel: (sig, old_map.files[rel]) for rel, sig in old_map.stats.items() if rel in old_map.files}
+        stats: dict[str, str] = {}
+        digests = hash_files(files, known, stats)
         test_files = {rel for rel in digests if is_test_file(rel, self.cfg)}
 
         # Files whose content differs from each generation still referenced by a record.
@@ -134,6 +140,9 @@ class RemoteSelector:
         if any_change or old_map is None or old_map.files != digests or old_map.config != self.cfg.fingerprint():
             graph, map_data, rebuilt = self._graph(digests, files, old_map)
             map_dirty = map_dirty or rebuilt
+        if map_data.stats != stats:
+            map_data.stats = stats
+            map_dirty = True
 
         plan = Plan(
             digests=digests,
@@ -351,8 +360,9 @@ def _diff(old: dict[str, str], new: dict[str, str]) -> set[str]:
     return out
 
 
-def _parse_all(digests: dict[str, str], files: dict[str, str], cache: dict[str, ParsedFile]) -> dict[str, ParsedFile]:
-    """parse_file() result for every digest, reusing `cache` (keyed by content digest)."""
+def _parse_all(digests: dict[str, str], files: dict[str, str], cache: store.ParseCache) -> dict[str, ParsedFile]:
+    """parse_file() result for every digest, from `cache` (keyed by content digest) or read
+    now (and added to it)."""
     parsed: dict[str, ParsedFile] = {}
     for rel, dig in digests.items():
         if dig in parsed:
@@ -364,6 +374,7 @@ def _parse_all(digests: dict[str, str], files: dict[str, str], cache: dict[str, 
                     hit = parse_file(fh.read())
             except OSError:
                 hit = ParsedFile((), unparsed_facts(dig))
+            cache[dig] = hit
         parsed[dig] = hit
     return parsed
 

@@ -21,10 +21,12 @@ import fnmatch
 import hashlib
 import os
 import re
+import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from . import lexical
 from .config import SelectConfig
 from .import_time import file_facts, unparsed_facts
 from .records import DottedString, FromImportRef, ImportRef, ParsedFile, PathString, Ref
@@ -90,21 +92,58 @@ def scan_files(root: str, cfg: SelectConfig) -> dict[str, str]:
     return out
 
 
-def hash_files(files: dict[str, str]) -> dict[str, str]:
-    """Content digests of the given files (rel -> digest); unreadable files are left out."""
+RACY_S = 2.0  # a file written this recently may change again within its mtime's tick
+
+
+def hash_files(
+    files: dict[str, str],
+    known: Mapping[str, tuple[str, str]] | None = None,
+    stats: dict[str, str] | None = None,
+    now: float | None = None,
+) -> dict[str, str]:
+    """Content digests of the given files (rel -> digest); unreadable files are left out.
+
+    `known`: rel -> (stat signature, digest) from an earlier run; a file whose signature
+    (size, mtime, ctime, inode: any write changes ctime, which no tool can set back) is
+    unchanged is not read again, as git's index does. `stats` receives each file's
+    signature, except for files written within RACY_S seconds of `now` (read again next
+    time). The digest is still of the content: `touch` or a moved checkout changes nothing.
+    """
     out: dict[str, str] = {}
+    known = known or {}
+    racy_ns = int(((time.time() if now is None else now) - RACY_S) * 1e9)
     for rel, path in files.items():
         try:
-            with open(path, "rb") as fh:
-                out[rel] = digest_bytes(fh.read())
+            st = os.stat(path)
         except OSError:
             continue
+        sig = f"{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}"
+        seen = known.get(rel)
+        if seen is not None and seen[0] == sig:
+            out[rel] = seen[1]
+        else:
+            try:
+                with open(path, "rb") as fh:
+                    out[rel] = digest_bytes(fh.read())
+            except OSError:
+                continue
+        if stats is not None and max(st.st_mtime_ns, st.st_ctime_ns) < racy_ns:
+            stats[rel] = sig
     return out
 
 
 def parse_file(source: bytes) -> ParsedFile:
     """Everything the selector needs from one file's content (cached by content digest):
-    its import references (see `_refs`) and the import-time facts of import_time.py."""
+    its import references (see `_refs`) and the import-time facts of import_time.py.
+    Read without `ast` where lexical.py can (a superset of what `ast` finds); else parsed."""
+    fast = lexical.read(source)
+    if fast is not None:
+        return fast
+    return parse_file_ast(source)
+
+
+def parse_file_ast(source: bytes) -> ParsedFile:
+    """parse_file with `ast` (the reference lexical.py is checked against)."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
@@ -115,6 +154,9 @@ def parse_file(source: bytes) -> ParsedFile:
 
 def parse_refs(source: bytes) -> tuple[Ref, ...]:
     """Only the import references (what building a graph needs)."""
+    fast = lexical.read(source)
+    if fast is not None:
+        return fast.refs
     try:
         return _refs(ast.parse(source))
     except (SyntaxError, ValueError):

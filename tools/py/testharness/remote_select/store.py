@@ -1,7 +1,8 @@
 """The two files of remote-aware selection, read leniently and written atomically.
 
-The map file   : the import graph (per file: digest, direct deps; parse cache by content
-                 digest; per test file: its known node ids).
+The map file   : the import graph (per file: digest, stat signature, direct deps; per test
+                 file: its known node ids); beside it `<map>.parse-cache.json`, what was
+                 read from each file, by content digest (ParseCache).
 The state file : per test node id, the content digests seen when it last passed
                           and, when recorded, its run-time reach (the project files whose
                           code it sent to Ray workers; see reach.py). Digest sets and reach
@@ -56,11 +57,13 @@ class StateFiles(NamedTuple):
 
 
 MAP_FORMAT = "testharness.remote_select.map"
+PARSE_CACHE_FORMAT = "testharness.remote_select.parse_cache"
 STATE_FORMAT = "testharness.remote_select.state"
 VERSION = 3  # of the state file
 # Of the map file: 4 stopped counting imports under `if TYPE_CHECKING:`; 5 resolves relative
-# `import_module(".x", package=...)` names (cached parses of version 4 lack them).
-MAP_VERSION = 5
+# `import_module(".x", package=...)` names (cached parses of version 4 lack them); 6 reads
+# files without `ast` (lexical.py: other digests) and keeps the parse cache in its own file.
+MAP_VERSION = 6
 
 
 def _load(path: Path, fmt: str, version: int) -> tuple[dict[str, Any] | None, str | None]:
@@ -183,27 +186,87 @@ def save_state(path: Path, state: State) -> None:
     )
 
 
+class ParseCache:
+    """graph.parse_file() results by content digest, kept in their own file next to the map
+    (`<map>.parse-cache.json`): content-addressed, so never stale, and a file CI can keep
+    between jobs. Loaded only when a file must be read (a change, a cold build), and each
+    entry parsed only when asked for; a malformed entry is a miss (that file is read again)."""
+
+    def __init__(self, path: Path | None = None, entries: dict[str, ParsedFile] | None = None):
+        self.path = path
+        self._raw: dict[str, Any] | None = None if path is not None else {}
+        self._parsed: dict[str, ParsedFile] = dict(entries or {})
+        self.changed = bool(entries)
+        self.warning: str | None = None
+
+    def _load(self) -> dict[str, Any]:
+        if self._raw is None:
+            self._raw = {}
+            assert self.path is not None
+            data, self.warning = _load(self.path, PARSE_CACHE_FORMAT, MAP_VERSION)
+            if data is not None and isinstance(data.get("entries"), dict):
+                self._raw = data["entries"]
+        return self._raw
+
+    def get(self, digest: str) -> ParsedFile | None:
+        hit = self._parsed.get(digest)
+        if hit is None:
+            raw = self._load().get(digest)
+            if raw is not None:
+                try:
+                    hit = self._parsed[digest] = parse_parsed_file(raw)
+                except RecordError:
+                    return None
+        return hit
+
+    def __setitem__(self, digest: str, parsed: ParsedFile) -> None:
+        self._parsed[digest] = parsed
+        self.changed = True
+
+    def __contains__(self, digest: object) -> bool:
+        return digest in self._parsed or (isinstance(digest, str) and self.get(digest) is not None)
+
+    def to_json(self, keep: Collection[str]) -> dict[str, Any]:
+        """The entries of the digests in `keep` (those of the tree now), as the file stores them."""
+        raw = self._load()
+        entries: dict[str, Any] = {}
+        for digest in keep:
+            if digest in self._parsed:
+                entries[digest] = parsed_file_to_json(self._parsed[digest])
+            elif digest in raw:
+                entries[digest] = raw[digest]
+        return {"format": PARSE_CACHE_FORMAT, "version": MAP_VERSION, "entries": entries}
+
+
+def parse_cache_file(map_file: Path) -> Path:
+    return map_file.with_name(f"{map_file.stem}.parse-cache{map_file.suffix}")
+
+
 class MapData:
     """In-memory form of the map file.
 
     config: the selection config's fingerprint; files: path -> content digest; parsed:
-    content digest -> graph.parse_file() result; deps: path -> direct dependencies; tests:
-    test file -> its node ids at the last collection (stored as {"nodeids": [...]}).
+    content digest -> graph.parse_file() result (ParseCache: its own file); deps: path ->
+    direct dependencies; tests: test file -> its node ids at the last collection (stored as
+    {"nodeids": [...]}); stats: path -> its stat signature when its digest was taken
+    (graph.hash_files reads a file again only when that changed).
     """
 
     def __init__(
         self,
         config: str = "",
         files: dict[str, str] | None = None,
-        parsed: dict[str, ParsedFile] | None = None,
+        parsed: ParseCache | None = None,
         deps: dict[str, list[str]] | None = None,
         tests: dict[str, tuple[str, ...]] | None = None,
+        stats: dict[str, str] | None = None,
     ):
         self.config = config
         self.files = files or {}
-        self.parsed = parsed or {}
+        self.parsed = parsed if parsed is not None else ParseCache()
         self.deps = deps or {}
         self.tests = tests or {}
+        self.stats = stats or {}
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -213,7 +276,7 @@ class MapData:
             "files": self.files,
             "deps": self.deps,
             "tests": {tfile: {"nodeids": list(nodeids)} for tfile, nodeids in self.tests.items()},
-            "parse_cache": {digest: parsed_file_to_json(p) for digest, p in self.parsed.items()},
+            "stats": self.stats,
         }
 
 
@@ -222,34 +285,38 @@ def load_map(path: Path) -> tuple[MapData | None, str | None]:
     if data is None:
         return None, warning
     try:
-        return _map_data(data), None
+        return _map_data(data, parse_cache_file(path)), None
     except RecordError as exc:
         return None, f"{path.name} has an unexpected structure ({exc}); rebuilding it"
 
 
-def _map_data(data: dict[str, Any]) -> MapData:
+def _map_data(data: dict[str, Any], cache_file: Path) -> MapData:
     """The map file's JSON as a MapData; RecordError (one line) when something is malformed."""
-    missing = [key for key in ("config", "files", "parse_cache", "deps", "tests") if key not in data]
+    missing = [key for key in ("config", "files", "deps", "tests") if key not in data]
     if missing:
         raise RecordError(f"no {missing[0]!r}")
-    config, files, parsed, deps, tests = data["config"], data["files"], data["parse_cache"], data["deps"], data["tests"]
-    if not isinstance(config, str) or not _is_str_map(files):
-        raise RecordError("'config' must be a string and 'files' a map of strings")
+    config, files, deps, tests = data["config"], data["files"], data["deps"], data["tests"]
+    stats = data.get("stats", {})
+    if not isinstance(config, str) or not _is_str_map(files) or not _is_str_map(stats):
+        raise RecordError("'config' must be a string, 'files' and 'stats' maps of strings")
     if not isinstance(deps, dict) or not all(_is_str_list(v) for v in deps.values()):
         raise RecordError("'deps' must map paths to lists of paths")
-    if not isinstance(parsed, dict) or not isinstance(tests, dict):
-        raise RecordError("'parse_cache' and 'tests' must be objects")
+    if not isinstance(tests, dict):
+        raise RecordError("'tests' must be an object")
     nodeids: dict[str, tuple[str, ...]] = {}
     for tfile, entry in tests.items():
         if not isinstance(entry, dict) or not _is_str_list(entry.get("nodeids")):
             raise RecordError(f"the entry of test file {tfile!r} must be {{'nodeids': [...]}}")
         nodeids[tfile] = tuple(entry["nodeids"])
-    cache = {digest: parse_parsed_file(value) for digest, value in parsed.items()}
-    return MapData(config, files, cache, deps, nodeids)
+    return MapData(config, files, ParseCache(cache_file), deps, nodeids, stats)
 
 
 def save_map(path: Path, data: MapData) -> None:
     write_json_atomic(path, data.to_json(), compact=True)
+    cache = data.parsed
+    if cache.changed:  # new entries (and the ones of files gone are dropped)
+        write_json_atomic(parse_cache_file(path), cache.to_json(set(data.files.values())), compact=True)
+        cache.changed = False
 
 
 # -- concurrent sessions -------------------------------------------------------------------

@@ -1,0 +1,194 @@
+"""lexical.py (reading files without `ast`) against graph.parse_file_ast: never less than it.
+
+Pure core: no pytest plugin, no Ray. bench/selection_map.py times both on large trees.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from testharness.remote_select import lexical
+from testharness.remote_select.graph import hash_files, parse_file_ast
+from testharness.remote_select.import_time import file_facts
+from testharness.remote_select.records import ALWAYS, CALL_TIME, OWN_BODY, DottedString, ImportRef, ParsedFile
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _read(src: str) -> ParsedFile:
+    parsed = lexical.read(textwrap.dedent(src).encode())
+    assert parsed is not None
+    return parsed
+
+
+def _merged(parsed: ParsedFile) -> dict[str, tuple[set[str], int]]:
+    out: dict[str, tuple[set[str], int]] = {}
+    for fn in parsed.facts.funcs:  # a name defined twice (if/else): both count
+        calls, kind = out.get(fn.qualname, (set(), CALL_TIME))
+        out[fn.qualname] = (calls | set(fn.calls), max(kind, fn.kind))
+    return out
+
+
+def test_on_this_repository_it_finds_everything_ast_finds() -> None:
+    files = [p for d in ("nemo_rl", "tools/py/testharness") for p in sorted((ROOT / d).rglob("*.py"))]
+    assert len(files) > 50
+    for path in files:
+        source = path.read_bytes()
+        fast = lexical.read(source)
+        assert fast is not None, path
+        ref = parse_file_ast(source)
+        assert set(ref.refs) <= set(fast.refs), path
+        want, got = _merged(ref), _merged(fast)
+        assert sorted(want) == sorted(got), path
+        for name, (calls, kind) in want.items():
+            assert calls <= got[name][0], (path, name)
+            assert got[name][1] == kind or (kind == CALL_TIME and got[name][1] in (ALWAYS, OWN_BODY)), (path, name)
+        assert set(ref.facts.top) <= set(fast.facts.top), path
+
+
+def test_references_as_ast_sees_them() -> None:
+    parsed = _read(
+        '''
+        """A docstring naming pkg.in_doc, and: import not_an_import"""
+        from typing import TYPE_CHECKING
+        import a.b as c, d  # import commented.out
+        from .e import (f,
+            g as h)
+        if TYPE_CHECKING:
+            import only.for_types
+            X = "pkg.typed"
+        else:
+            import at.runtime
+        NAME = ("pkg."
+                "joined")
+        F = f"pkg.fmt{1}"
+        B = b"pkg.bytes"
+        def lazy():
+            import inside.function; import after.semicolon
+        '''
+    )
+    texts = {str(r) for r in parsed.refs}
+    imports = [r.module for r in parsed.refs if isinstance(r, ImportRef)]
+    assert imports == ["a.b", "d", "at.runtime", "inside.function", "after.semicolon"]  # in the file's order
+    assert DottedString("pkg.joined") in parsed.refs and DottedString("pkg.fmt") in parsed.refs
+    assert not any("only.for_types" in t or "pkg.typed" in t or "bytes" in t or "commented" in t for t in texts)
+    assert not any("not_an_import" in t for t in texts)
+
+
+def test_functions_calls_and_kinds() -> None:
+    parsed = _read(
+        '''
+        import pytest
+
+        def outer(
+            a,
+            b=make_default(),
+        ) -> dict[str, int]:
+            """def not_a_function(): in a docstring"""
+            def inner():
+                return helper(a)
+            return f"{formatted(b)}"
+
+
+        class Base:
+            pass
+
+
+        class Worker(Base, metaclass=Meta):
+            @property
+            def size(self): return compute(1)
+
+            async def run(self):
+                await go(callback, key=other)
+
+
+        @pytest.fixture(
+            scope="module",
+        )
+        def worker_fixture():
+            return Worker()
+
+
+        @pytest.mark.parametrize("where", ["in_fixture"])
+        def test_x(where):
+            pass
+
+
+        def pytest_configure(config):
+            pass
+
+        VALUE = outer(1)
+        '''
+    )
+    funcs = {fn.qualname: fn for fn in parsed.facts.funcs}
+    assert sorted(funcs) == ["Worker.run", "Worker.size", "outer", "pytest_configure", "test_x", "worker_fixture"]
+    assert {"helper", "formatted"} <= set(funcs["outer"].calls)
+    assert {"go", "callback", "other"} <= set(funcs["Worker.run"].calls)
+    assert funcs["worker_fixture"].kind == OWN_BODY
+    assert funcs["test_x"].kind == OWN_BODY  # as ast.unparse reads the decorator: "fixture" in a string
+    assert funcs["pytest_configure"].kind == ALWAYS and funcs["outer"].kind == CALL_TIME
+    top = set(parsed.facts.top)
+    assert {"outer", "make_default", "property", "fixture", "parametrize"} <= top
+    assert not {"Base", "Meta", "not_a_function", "inner"} & top  # base classes are no calls
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "skel_changes", "body_changes"),
+    [
+        ("    return x + 1\n", "    return x + 1  # why\n", False, False),
+        ("    return x + 1\n", "\n    return x + 1\n\n", False, False),
+        ("    return x + 1\n", "    return x + 2\n", False, True),
+        ('    s = "a b"\n', '    s = "a  b"\n', False, True),  # inside a string: every blank counts
+        ("LIMIT = 3\n", "LIMIT = 4\n", True, False),
+        ("def f(x):\n", "def f(x, y=1):\n", True, False),
+        ("    if x:\n        s = 1\n", "    if x:\n        pass\n    s = 1\n", False, True),  # indentation
+    ],
+)
+def test_digests_ignore_comments_and_blank_lines_only(
+    old: str, new: str, skel_changes: bool, body_changes: bool
+) -> None:
+    src = 'LIMIT = 3\n\n\ndef f(x):\n    s = "a b"\n    if x:\n        s = 1\n    return x + 1\n'
+    assert old in src
+    before, after = _read(src).facts, _read(src.replace(old, new)).facts
+    assert (before.skel != after.skel) is skel_changes
+    assert (before.funcs[0].body_digest != after.funcs[0].body_digest) is body_changes
+
+
+@pytest.mark.parametrize(
+    "src",
+    [
+        "def f():\n\treturn 1\n",  # tabs
+        "x = 'unterminated\n",
+        "x = (1,\n",  # a bracket left open
+        "def broken(:\n    return 1\n",
+        "x = 1 \\ 2\n",  # a backslash that continues nothing
+    ],
+)
+def test_text_it_cannot_read_safely_goes_to_ast(src: str) -> None:
+    assert lexical.read(src.encode()) is None
+
+
+def test_ast_reference_matches_the_old_reader() -> None:
+    src = b"import a\n\ndef f():\n    return g()\n"
+    tree = ast.parse(src)
+    assert parse_file_ast(src).facts == file_facts(tree)
+
+
+def test_hash_files_reads_a_file_again_only_when_its_stat_changed(tmp_path: Path) -> None:
+    path = tmp_path / "m.py"
+    path.write_text("x = 1\n")
+    old = os.stat(path).st_mtime_ns / 1e9
+    files = {"m.py": str(path)}
+    stats: dict[str, str] = {}
+    fresh = hash_files(files, stats=stats, now=old + 10)
+    assert set(stats) == {"m.py"}
+    assert hash_files(files, {"m.py": (stats["m.py"], "cached")}) == {"m.py": "cached"}  # not read
+    path.write_text("x = 2\n")  # same size; ctime moves
+    assert hash_files(files, {"m.py": (stats["m.py"], "cached")}) != {"m.py": "cached"}
+    racy: dict[str, str] = {}
+    assert hash_files(files, stats=racy, now=old) != fresh and racy == {}  # written just now: not kept
