@@ -195,3 +195,23 @@ def test_values_are_scanned_for_project_code_to_a_bounded_depth(project: tuple[P
         deep = [deep]
     assert files.sent([deep]) == set()  # deeper than the bound: not followed (documented limit)
     assert files.file_of("json") is None and files.file_of("rcpkg.other") == OTHER
+
+
+def test_a_task_is_charged_what_its_report_says_ran_or_its_modules_whole(
+    project: tuple[Path, ModuleType, ModuleType],
+) -> None:
+    root, mod, _ = project
+    book = _book(root)
+    for test, task in (("t::reported", "k1"), ("t::silent", "k2"), ("t::escaped", "k3")):
+        book.push_test(test)
+        book.push_fixture(f"fx-{task}")
+        book.note_remote(["rcpkg.other"], [mod.Calc()], task=task)  # deferred until its report is read
+        book.pop()
+        book.pop()
+    assert book.reach_of("t::reported", []) == []  # nothing charged before the reports are folded
+    ran = RanFunction(OTHER, "helper")
+    book.fold_tasks({"k1": ActorReport((ran,), False), "k3": ActorReport((ran,), True)})
+    assert book.reach_of("t::reported", ["fx-k1"]) == ["@" + MOD, "@" + OTHER, f"{OTHER}::helper"]
+    assert book.reach_of("t::silent", []) == [MOD, OTHER]  # no report (another machine, still running)
+    assert book.reach_of("t::escaped", []) is None  # it sent work on or started a process
+    assert book.tasks == {}

@@ -41,6 +41,14 @@ def _double(x: int) -> int:
     return 2 * x
 
 
+def _task(x: int) -> int:
+    return _double(x) + 1
+
+
+def _unused(x: int) -> int:
+    return x
+
+
 def _traced_scenarios() -> dict[str, list[str] | None]:
     """Run in a process of its own: Ray must start after the recorder to trace its workers."""
     import ray
@@ -88,6 +96,13 @@ def _traced_scenarios() -> dict[str, list[str] | None]:
     spawner = remote_calc.remote()
     assert ray.get(spawner.spawn.remote()) == 0
     out["spawned"] = period("t::spawned", [])
+    remote_task = ray.remote(_task)
+    rec.push_test("t::task")
+    assert ray.get(remote_task.remote(3)) == 7
+    out["task"] = period("t::task", [])
+    rec.push_test("t::task_no_returns")
+    remote_task.options(num_returns=0).remote(1)  # no ref, no task id to find its report by
+    out["task_no_returns"] = period("t::task_no_returns", [])
     ray.shutdown()
     rec.uninstall()
     return out
@@ -123,6 +138,13 @@ def test_a_traced_actor_reports_the_functions_it_ran(traced: dict[str, list[str]
     assert _units(traced["idle"]) == {"Calc.__init__"}  # what the fixture's set-up ran
     assert _units(traced["terminated"]) == {"Calc.__init__", "Calc.mul", "_double"}  # asked before it ended
     assert HERE not in traced["terminated"]  # type: ignore[operator]
+
+
+def test_a_task_reports_the_functions_it_ran_or_falls_back_to_its_module(traced: dict[str, list[str] | None]) -> None:
+    assert _units(traced["task"]) == {"_task", "_double"}
+    assert "@" + HERE in traced["task"]  # type: ignore[operator]  import-time code of its module
+    assert HERE not in traced["task"]  # type: ignore[operator]
+    assert HERE in traced["task_no_returns"]  # type: ignore[operator]  no report to be had: its module whole
 
 
 def test_actors_that_cannot_be_traced_fall_back_to_their_modules(traced: dict[str, list[str] | None]) -> None:

@@ -4,7 +4,8 @@ the thin adapter that patches Ray and feeds the bookkeeping in reach_core.py.
 pytest-testmon sees the code a test runs in the pytest process. What it cannot see is
 code run elsewhere: Ray actors, Ray tasks, subprocesses. This recorder notes, per test,
 
-  * for actors it can trace (sync, one thread, Ray started after the recorder): the
+  * for actors it can trace (sync, one thread, Ray started after the recorder), and for
+    remote functions (tasks) whose run left a report (worker_trace._watch_tasks): the
     project functions that ran in them (worker_trace.py runs in every Ray worker of the
     session; `settle` collects each actor's list), and their modules for import-time code;
   * otherwise, the project modules of the actor classes it created and called, the remote
@@ -28,9 +29,12 @@ import functools
 import importlib.abc
 import importlib.machinery
 import inspect
+import json
 import os
+import shutil
 import sys
 import sysconfig
+import tempfile
 import types
 import weakref
 from collections.abc import Callable, Iterable
@@ -60,6 +64,7 @@ class ReachRecorder:
         self._installed = False
         self._originals: list[tuple[Any, str, Any]] = []
         self._tracing = False  # this session's Ray workers run worker_trace's hook
+        self._task_dir: str | None = None  # where their tasks leave reports (worker_trace._watch_tasks)
 
     # -- owners (see ReachBook) -------------------------------------------------------
     def push_test(self, nodeid: str) -> None:
@@ -78,11 +83,14 @@ class ReachRecorder:
         return self.book.reach_of(nodeid, fixturenames)
 
     # -- events ----------------------------------------------------------------------
-    def note_remote(self, modules: Iterable[str | None], *values: Any, actor: str | None = None) -> None:
+    def note_remote(
+        self, modules: Iterable[str | None], *values: Any, actor: str | None = None, task: str | None = None
+    ) -> None:
         """Code of `modules` runs remotely, with `values` (arguments) sent along; `actor`:
-        in that traced actor, whose reports then say which functions actually ran."""
+        in that traced actor, whose reports then say which functions actually ran; `task`:
+        as that task, whose run reports by itself."""
         if not self._ignored(sys._getframe(1), process=False):
-            self.book.note_remote(modules, values, actor=actor)
+            self.book.note_remote(modules, values, actor=actor, task=task)
 
     def note_process(self) -> None:
         """A process was started: unless Ray or the harness started it, the test is opaque.
@@ -98,12 +106,32 @@ class ReachRecorder:
         """Collect what every traced actor ran since the last call and charge it to the
         owners on the stack. Called when a fixture's set-up ends and before a test's
         teardown report, so what a test's calls ran is known before its reach is read."""
-        if not self.book.actors:
+        if not self.book.actors and not self.book.tasks:
             return
         try:
-            self._settle()
+            self._settle_tasks()
+            if self.book.actors:
+                self._settle()
         except Exception:  # noqa: BLE001  never fail a test: module granularity instead
             self.book.give_up()
+
+    def _settle_tasks(self) -> None:
+        """Fold the reports the tasks sent so far left in the task directory (none: their
+        modules whole)."""
+        reports: dict[str, ActorReport | None] = {}
+        for task in self.book.tasks:
+            path = os.path.join(self._task_dir, task) if self._task_dir else ""
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    lines = fh.read().splitlines()
+                os.unlink(path)
+            except OSError:
+                continue
+            parts = [_report(json.loads(line)) if line.strip() else None for line in lines]
+            if parts and all(p is not None for p in parts):
+                units = {u for p in parts if p is not None for u in p.units}
+                reports[task] = ActorReport(tuple(units), any(p.escaped for p in parts if p is not None))
+        self.book.fold_tasks(reports)
 
     def ending(self, handle: Any) -> None:
         """`handle`'s actor is about to be terminated or killed: take its last report now
@@ -182,6 +210,9 @@ class ReachRecorder:
         while self._originals:  # newest first, so nested recorders unwind correctly
             owner, attr, original = self._originals.pop()
             setattr(owner, attr, original)
+        if self._task_dir is not None:
+            shutil.rmtree(self._task_dir, ignore_errors=True)
+            self._task_dir = None
 
     def _patch_ray(self) -> None:
         import ray
@@ -206,7 +237,9 @@ class ReachRecorder:
             from . import worker_trace
 
             cloudpickle.register_pickle_by_value(worker_trace)  # workers need not import the harness
-            env["worker_process_setup_hook"] = worker_trace.make_hook(recorder.root)
+            if recorder._task_dir is None:
+                recorder._task_dir = tempfile.mkdtemp(prefix="testharness-tasks-")
+            env["worker_process_setup_hook"] = worker_trace.make_hook(recorder.root, recorder._task_dir)
             recorder._tracing = True
             return args, dict(kwargs, runtime_env=env)
 
@@ -246,8 +279,10 @@ class ReachRecorder:
                 actor=aid if aid in recorder.book.actors else None,
             )
 
-        def on_task(function: Any, args: Any = None, kwargs: Any = None, *_: Any, **__: Any) -> None:
-            recorder.note_remote([getattr(getattr(function, "_function", None), "__module__", None)], args, kwargs)
+        def on_task(result: Any, function: Any, args: Any = None, kwargs: Any = None, *_: Any, **__: Any) -> None:
+            task = _task_id(result) if recorder._tracing else None
+            module = getattr(getattr(function, "_function", None), "__module__", None)
+            recorder.note_remote([module], args, kwargs, task=task)
 
         def before_shutdown(*_: Any, **__: Any) -> None:
             # Ray kills its actors without running their exit handlers: ask them first.
@@ -260,7 +295,7 @@ class ReachRecorder:
         self._wrap(ray, "kill", lambda actor, *a, **k: recorder.ending(actor))
         self._wrap(ray.actor.ActorClass, "_remote", after=on_create)
         self._wrap(ray.actor.ActorHandle, "_actor_method_call", on_call)
-        self._wrap(ray.remote_function.RemoteFunction, "_remote", on_task)
+        self._wrap(ray.remote_function.RemoteFunction, "_remote", after=on_task)
         self._wrap(ray, "put", lambda value, *a, **k: recorder.note_remote([], value))
 
     def _wrap(
@@ -295,6 +330,14 @@ class ReachRecorder:
 
         self._originals.append((owner, attr, original))
         setattr(owner, attr, wrapper)
+
+
+def _task_id(refs: Any) -> str | None:
+    """The id of the task that `RemoteFunction._remote` returned the result refs of (None
+    when it returned no plain ref: no returns, a generator)."""
+    ref = refs[0] if isinstance(refs, list) and refs else refs
+    task_id = getattr(ref, "task_id", None)
+    return task_id().hex() if callable(task_id) else None
 
 
 def _report(answer: Any) -> ActorReport | None:

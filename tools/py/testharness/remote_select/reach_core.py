@@ -7,8 +7,9 @@ event with no owner (an actor created at import time) makes the whole session's 
 opaque.
 
 For a traced actor (its worker reports the functions it ran, worker_trace.py) an owner is
-charged those functions and the actor's module for its import-time code; for anything else
-sent to Ray, the project modules whose code runs there (`ProjectFiles.sent`). reach.py is
+charged those functions and the actor's module for its import-time code; the same for a
+remote function (task) whose run left a report; for anything else sent to Ray, the project
+modules whose code runs there (`ProjectFiles.sent`). reach.py is
 the thin adapter that patches Ray and feeds this module.
 """
 
@@ -80,6 +81,9 @@ class ReachBook:
         self.fixtures: dict[str, Bucket] = {}
         self.session_opaque = False
         self.actors: dict[str, TracedActor] = {}  # actor id (hex) -> traced actor
+        # task id (hex) -> (modules its function and arguments come from, owners when sent):
+        # remote functions whose run reports what ran (worker_trace._watch_tasks), not yet read
+        self.tasks: dict[str, tuple[set[str], list[Bucket]]] = {}
 
     # -- owners ----------------------------------------------------------------------
     def push_test(self, nodeid: str) -> None:
@@ -126,16 +130,42 @@ class ReachBook:
                 bucket.imports |= files
                 bucket.actors.add(actor)  # type: ignore[arg-type]
 
-    def note_remote(self, modules: Iterable[str | None], values: Iterable[Any] = (), actor: str | None = None) -> None:
+    def note_remote(
+        self,
+        modules: Iterable[str | None],
+        values: Iterable[Any] = (),
+        actor: str | None = None,
+        task: str | None = None,
+    ) -> None:
         """Code of `modules` runs remotely, with `values` (arguments) sent along; `actor`:
-        in that traced actor, whose reports then say which functions actually ran."""
+        in that traced actor, whose reports then say which functions actually ran; `task`:
+        as the remote function (task) of that id, which reports by itself (`fold_tasks`)."""
         files: set[str] = set()
         for name in modules:
             if name not in sys.modules:  # code we cannot place (a class from another driver; no name)
                 self.charge(set(), opaque=True)
             self.files.add_module(name, files)
         files |= self.files.sent(values)
-        self.charge(files, actor=actor)
+        if task is not None and files and self.stack:
+            self.tasks[task] = (files, list(self.stack))
+        else:
+            self.charge(files, actor=actor)
+
+    def fold_tasks(self, reports: Mapping[str, ActorReport | None]) -> None:
+        """Charge every task sent so far to the owners that sent it: with a report, the
+        functions that ran and its modules for their import-time code (opaque if it escaped);
+        without one (none written, another machine, still running), its modules whole."""
+        for task, (files, owners) in self.tasks.items():
+            report = reports.get(task)
+            for bucket in owners:
+                if report is None:
+                    bucket.files |= files
+                elif report.escaped:
+                    bucket.opaque = True
+                else:
+                    bucket.imports |= files
+                    bucket.units.update(report.units)
+        self.tasks.clear()
 
     # -- traced actors ---------------------------------------------------------------
     def track(self, actor_id: str, module: str, file: str) -> None:
@@ -165,9 +195,10 @@ class ReachBook:
                 self.forget(aid)
 
     def give_up(self) -> None:
-        """Reports cannot be had this round: every traced actor falls back to its modules."""
+        """Reports cannot be had this round: every traced actor and task falls back to its modules."""
         for aid in list(self.pending()):
             self.absorb(aid, None)
+        self.fold_tasks({})
 
     def absorb(self, aid: str, report: ActorReport | None) -> None:
         """Fold one report (None: missing) into the actor and into the owners that used it."""

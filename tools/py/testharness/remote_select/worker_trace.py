@@ -3,7 +3,8 @@
 The recorder (reach.py) makes Ray run `make_hook(...)`'s hook in every worker process of
 the session (`worker_process_setup_hook`), and, at the end of each test or fixture set-up,
 calls `drain` in every live actor it tracks (`actor.__ray_call__`), and again just before
-an actor is terminated, killed or Ray shut down. Tasks of a sync actor run one at a time on
+an actor is terminated, killed or Ray shut down. A remote function (task) reports by itself
+when it returns, into a file named after its task id (`_watch_tasks`). Tasks of a sync actor run one at a time on
 its main thread in the order the driver sent them, so a drain returns everything the calls
 sent before it ran.
 
@@ -24,6 +25,7 @@ each pickled function arrives with its own copy of the module's globals.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
@@ -38,16 +40,17 @@ PROCESS_EVENTS = frozenset(
 )
 
 
-def make_hook(root: str) -> Callable[[], None]:
-    """The `worker_process_setup_hook` for `ray.init` (a closure: Ray needs a callable of no arguments)."""
+def make_hook(root: str, task_dir: str | None = None) -> Callable[[], None]:
+    """The `worker_process_setup_hook` for `ray.init` (a closure: Ray needs a callable of no
+    arguments). `task_dir`: where each remote function's run leaves its report."""
 
     def testharness_trace_hook() -> None:
-        install(root)
+        install(root, task_dir)
 
     return testharness_trace_hook
 
 
-def install(root: str) -> None:
+def install(root: str, task_dir: str | None = None) -> None:
     if _STATE in sys.modules:
         return
     state: Any = types.ModuleType(_STATE)
@@ -60,6 +63,55 @@ def install(root: str) -> None:
     sys.modules[_STATE] = state
     _watch_escapes(state)
     _watch_calls(state)
+    if task_dir:
+        _watch_tasks(state, task_dir)
+
+
+def _watch_tasks(state: Any, task_dir: str) -> None:
+    """Each remote function (task) that runs here writes what ran since the previous report
+    (its arguments' unpickling included) to `task_dir/<task id>`, one JSON line per attempt.
+
+    Ray asks `get_execution_info` for the function to run (once per function and worker);
+    the function handed back is wrapped. Actor methods are left alone (`drain` serves them).
+    A worker on another machine has no `task_dir`: it writes nothing, and the recorder falls
+    back to the function's module."""
+    try:
+        import ray
+        from ray._private import function_manager
+    except ImportError:
+        return
+    manager = function_manager.FunctionActorManager
+    original = manager.get_execution_info
+    if not os.path.isdir(task_dir):
+        return
+
+    def get_execution_info(self: Any, job_id: Any, descriptor: Any) -> Any:
+        info = original(self, job_id, descriptor)
+        try:
+            if descriptor.is_actor_method():
+                return info
+            function = info.function
+
+            def traced(*args: Any, **kwargs: Any) -> Any:
+                before, state.escaped = state.escaped, False
+                try:
+                    return function(*args, **kwargs)
+                finally:
+                    try:
+                        report = _report(state) if state.intact() else None
+                        task = ray.get_runtime_context().get_task_id()
+                        if report is not None and task:
+                            with open(os.path.join(task_dir, task), "a", encoding="utf-8") as fh:
+                                fh.write(json.dumps(report) + "\n")
+                    except Exception:  # noqa: BLE001  no report: the recorder falls back to the module
+                        pass
+                    state.escaped = state.escaped or before
+
+            return info._replace(function=traced)
+        except Exception:  # noqa: BLE001  another Ray: the function as it is, untraced
+            return info
+
+    manager.get_execution_info = get_execution_info  # type: ignore[method-assign,assignment]
 
 
 def _watch_calls(state: Any) -> None:
