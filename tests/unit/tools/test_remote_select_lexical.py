@@ -192,3 +192,35 @@ def test_hash_files_reads_a_file_again_only_when_its_stat_changed(tmp_path: Path
     assert hash_files(files, {"m.py": (stats["m.py"], "cached")}) != {"m.py": "cached"}
     racy: dict[str, str] = {}
     assert hash_files(files, stats=racy, now=old) != fresh and racy == {}  # written just now: not kept
+
+
+def test_only_the_fields_of_an_f_string_are_code() -> None:
+    parsed = _read(
+        """
+        def f(x):
+            return f"task named_in_text (not a call) {{literal}} {compute(x)!r} {x:{width(x)}}"
+        """
+    )
+    calls = set(parsed.facts.funcs[0].calls)
+    assert {"compute", "width"} <= calls
+    assert not {"named_in_text", "literal"} & calls
+
+
+def test_many_files_are_read_in_processes_of_their_own_and_here_if_those_fail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from testharness.remote_select import engine
+
+    paths = []
+    for i in range(6):
+        path = tmp_path / f"m{i}.py"
+        path.write_text(f"import pkg.m{i}\n\n\ndef f{i}():\n    return {i}\n")
+        paths.append(str(path))
+    paths.append(str(tmp_path / "gone.py"))
+    serial = engine._read_chunk(paths)
+    assert serial[-1] is None and all(p is not None for p in serial[:-1])
+    monkeypatch.setattr(engine, "PARALLEL_MIN_FILES", 2)
+    monkeypatch.setattr(engine.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert engine._read_files(paths) == serial
+    monkeypatch.setattr(engine.sys, "executable", str(tmp_path / "no-python"))
+    assert engine._read_files(paths) == serial

@@ -8,9 +8,13 @@ A test must run when it has no passing record, or when, since it last passed,
   * a file changed at all inside the import closure of what it sent to Ray workers in that
     run (its recorded reach, reach.py; its static closure when the reach is unknown, e.g.
     for a test that starts processes itself): testmon cannot see code run there; or
-  * for actors that reported what they ran (worker_trace.py), more precisely: a function
-    that ran there changed its body, or a file with such a function, or one in the import
-    closure of the actor's module, changed its import-time code.
+  * for actors and tasks (remote functions) that reported what they ran (worker_trace.py),
+    more precisely: a function that ran there changed its body, or a file with such a
+    function, or one in the import closure of the actor's or task's module (and of the
+    modules of what was sent to it), changed its import-time code.
+
+Files are read once per content (lexical.py, `ast` where it cannot), cached by digest in
+the parse cache file, in processes of their own for a large cold build (`_read_files`).
 
 Everything else is left to pytest-testmon. The pytest adapter only *adds* tests to
 testmon's selection; this module never decides to skip anything.
@@ -18,8 +22,13 @@ testmon's selection; this module never decides to skip anything.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
+import pickle
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -364,19 +373,83 @@ def _parse_all(digests: dict[str, str], files: dict[str, str], cache: store.Pars
     """parse_file() result for every digest, from `cache` (keyed by content digest) or read
     now (and added to it)."""
     parsed: dict[str, ParsedFile] = {}
+    misses: dict[str, str] = {}  # digest -> path
     for rel, dig in digests.items():
-        if dig in parsed:
+        if dig in parsed or dig in misses:
             continue
         hit = cache.get(dig)
         if hit is None:
-            try:
-                with open(files[rel], "rb") as fh:
-                    hit = parse_file(fh.read())
-            except OSError:
-                hit = ParsedFile((), unparsed_facts(dig))
-            cache[dig] = hit
-        parsed[dig] = hit
+            misses[dig] = files[rel]
+        else:
+            parsed[dig] = hit
+    for dig, hit in zip(misses, _read_files(list(misses.values())), strict=True):
+        hit = hit if hit is not None else ParsedFile((), unparsed_facts(dig))
+        cache[dig] = parsed[dig] = hit
     return parsed
+
+
+PARALLEL_MIN_FILES = 400  # below this, starting processes costs more than it saves
+_HARNESS_PARENT = str(Path(__file__).resolve().parents[2])  # the directory holding `testharness`
+_CHILD = (
+    "import pickle, sys; sys.path.insert(0, sys.argv[1]); "
+    "from testharness.remote_select.engine import _read_chunk; "
+    "pickle.dump(_read_chunk(pickle.load(sys.stdin.buffer)), sys.stdout.buffer)"
+)
+
+
+def _read_files(paths: list[str]) -> list[ParsedFile | None]:
+    """parse_file() of each path (None: unreadable); in processes of their own when there
+    are many (a cold build of a large tree): one per CPU this process may use, at most 8.
+    Plain `python -I -c` children (not multiprocessing, whose children import the
+    caller's main module again); if they fail, the files are read here."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    workers = min(cpus, 8)
+    if workers > 1 and len(paths) >= PARALLEL_MIN_FILES:
+        chunks = [paths[i::workers] for i in range(workers)]
+        procs: list[subprocess.Popen[bytes]] = []
+        try:
+            for chunk in chunks:
+                proc = subprocess.Popen(
+                    [sys.executable, "-I", "-c", _CHILD, _HARNESS_PARENT],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                )
+                procs.append(proc)
+                assert proc.stdin is not None
+                proc.stdin.write(pickle.dumps(chunk))
+                proc.stdin.close()
+            results = []
+            for proc in procs:
+                assert proc.stdout is not None
+                results.append(pickle.loads(proc.stdout.read()))
+                if proc.wait() != 0:
+                    raise RuntimeError("a reader process failed")
+        except Exception:  # noqa: BLE001  no processes to be had: read the files here
+            for proc in procs:
+                with contextlib.suppress(OSError):
+                    proc.kill()
+                proc.wait()
+        else:
+            by_path = {
+                p: hit for chunk, got in zip(chunks, results, strict=True) for p, hit in zip(chunk, got, strict=True)
+            }
+            return [by_path[p] for p in paths]
+    return _read_chunk(paths)
+
+
+def _read_chunk(paths: list[str]) -> list[ParsedFile | None]:
+    out: list[ParsedFile | None] = []
+    for path in paths:
+        try:
+            with open(path, "rb") as fh:
+                out.append(parse_file(fh.read()))
+        except OSError:
+            out.append(None)
+    return out
 
 
 def _reach_closure(graph: Graph, reach: tuple[str, ...], root: Path, static: int) -> int:

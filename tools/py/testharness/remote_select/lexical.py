@@ -68,7 +68,7 @@ _PLAIN = re.compile(
 )  # a string that may name a module (escapes: read later)
 _FROM_IMPORT = re.compile(r"from(?=[\s.])\s*((?:\.\s*)*)([\w.]*)\s+import\b\s*(\([^)]*\)|[^\n;]*)")
 _IMPORT = re.compile(r"import\s+([^\n;]+)")
-_TYPE_CHECKING = re.compile(r"^([ ]*)(?:el)?if[ (]*(?:[\w.]+\.)?TYPE_CHECKING[ )]*:[ ]*$", re.M)
+_TYPE_CHECKING = re.compile(r"([ ]*)(?:el)?if[ (]*(?:[\w.]+\.)?TYPE_CHECKING[ )]*:[ ]*")  # a whole line
 _DEF = re.compile(r"def[ ]+(\w+)")
 _CLASS = re.compile(r"class[ ]+(\w+)")
 # Names followed by ( , or ): matched in the reversed text, where the pattern starts with
@@ -147,9 +147,16 @@ def _is_f(tok: str) -> bool:
     return "f" in tok[:2].lower() and tok[:1] not in "'\""
 
 
+_FIELD = re.compile(r"\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}")  # a field, with fields nested one deep
+
+
 def _field_names(tok: str) -> set[str]:
-    """Names called in an f-string's fields (any depth: a superset is fine)."""
-    return _names(tok)
+    """Names called in an f-string's fields; its literal text is no code. Fields nested
+    deeper than `_FIELD` reads: the whole string is scanned (a superset)."""
+    fields = _FIELD.findall(tok)  # `{{x}}` (literal braces) reads as a field: a superset
+    if "{" in _FIELD.sub("", tok):
+        return _names(tok)
+    return _names("\n".join(fields))
 
 
 def _mask(text: str) -> _Text | None:
@@ -204,8 +211,16 @@ def _type_checking_blocks(t: _Text) -> list[tuple[int, int]]:
     out: list[tuple[int, int]] = []
     if "TYPE_CHECKING" not in t.masked:
         return out
-    for m in _TYPE_CHECKING.finditer(t.masked):
-        out.append((m.end(), t.block_end(m.end(), len(m.group(1)))))
+    masked = t.masked
+    pos = masked.find("TYPE_CHECKING")
+    while pos >= 0:
+        start = masked.rfind("\n", 0, pos) + 1
+        end = masked.find("\n", pos)
+        end = len(masked) if end < 0 else end
+        m = _TYPE_CHECKING.fullmatch(masked, start, end)
+        if m is not None:
+            out.append((end, t.block_end(end, len(m.group(1)))))
+        pos = masked.find("TYPE_CHECKING", end)
     return out
 
 
@@ -385,7 +400,7 @@ def _header_end(masked: str, pos: int) -> int:
 
 
 def _names(text: str) -> set[str]:
-    out = {name[::-1] for name in _CALLS_REVERSED.findall(text[::-1]) if not name[-1].isdigit()}
+    out = {name[::-1] for name in set(_CALLS_REVERSED.findall(text[::-1])) if not name[-1].isdigit()}
     if "@" in text:
         out.update(_DECORATOR.findall(text))
     return out
