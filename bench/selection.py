@@ -9,7 +9,9 @@
      cost   = baseline time of the selected tests / baseline time of the full suite
    For each mutant we run the tests the union selector picked; only if none fails do we run
    the rest, to learn whether the mutant fails anything at all (exact for all selectors,
-   because testmon's selection is a subset of the union).
+   because testmon's selection is a subset of the union). Beside them, an ideal oracle:
+   only the tests that run the changed function, in any process; the mutant raises first
+   thing, so those are the tests that fail (the union's failing tests).
 
     uv run --group test python bench/selection.py                     # everything
     uv run --group test python bench/selection.py --max-mutants 20    # a sample
@@ -269,28 +271,19 @@ def mutation_benchmark(args: argparse.Namespace, cfg: SelectConfig) -> dict[str,
                 )
                 union &= passing
                 tm &= passing
-                if args.first_failure:
-                    # Stop at the first failing test. Each selection runs as that selector would
-                    # run it (its tests, baseline order), so both safety values stay exact:
-                    # the union first; testmon's own picks only if the union's failure is not
-                    # one of them; the rest only if the union found nothing.
-                    res = run_tests(in_order(union), env, args.timeout, work / f"m{i}u.json", first_failure=True)
-                    failing: set[str] = {n for n, (o, _) in res.items() if o == "failed"}
-                    if failing and not failing & tm:
-                        res = run_tests(in_order(tm), env, args.timeout, work / f"m{i}t.json", first_failure=True)
-                        failing |= {n for n, (o, _) in res.items() if o == "failed"}
-                    elif not failing:
-                        res = run_tests(
-                            in_order(passing - union), env, args.timeout, work / f"m{i}r.json", first_failure=True
-                        )
-                        failing = {n for n, (o, _) in res.items() if o == "failed"}
-                else:
-                    res = run_tests(in_order(union), env, args.timeout, work / f"m{i}.json")
+                # The union runs whole: its failing tests are the oracle's selection (the mutant
+                # raises first thing, so a test that runs the function, in any process, fails),
+                # and testmon's picks are a subset of it (the plugin only adds), so both safety
+                # values are exact. Only when the union fails nothing is the rest run, to learn
+                # whether the mutant fails anything (with -x: up to its first failure).
+                res = run_tests(in_order(union), env, args.timeout, work / f"m{i}u.json")
+                failing: set[str] = {n for n, (o, _) in res.items() if o == "failed"}
+                oracle = set(failing)
+                if not failing:
+                    rest = in_order(passing - union)
+                    res = run_tests(rest, env, args.timeout, work / f"m{i}r.json", first_failure=args.first_failure)
                     failing = {n for n, (o, _) in res.items() if o == "failed"}
-                    if not failing:  # learn whether anything else fails
-                        rest = in_order(passing - union)
-                        res2 = run_tests(rest, env, args.timeout, work / f"m{i}r.json")
-                        failing = {n for n, (o, _) in res2.items() if o == "failed"}
+                    oracle = set(failing)  # missed by the union: at least these (all, without -x)
                 row = {
                     "mutant": f"{rel}::{name}",
                     "fails": len(failing),
@@ -301,6 +294,8 @@ def mutation_benchmark(args: argparse.Namespace, cfg: SelectConfig) -> dict[str,
                     "tm_cost": sum(dur.get(n, 0.0) for n in tm) / total,
                     "ours_cost_lib": sum(dur.get(n, 0.0) for n in union) / lib_total,
                     "tm_cost_lib": sum(dur.get(n, 0.0) for n in tm) / lib_total,
+                    "oracle_cost": sum(dur.get(n, 0.0) for n in oracle) / total,
+                    "oracle_cost_lib": sum(dur.get(n, 0.0) for n in oracle) / lib_total,
                 }
                 rows.append(row)
                 print(f"[{i + 1}/{len(mutants)}] {row}", flush=True)
@@ -357,8 +352,9 @@ def render(timings: list[dict[str, float]], mut: dict[str, object] | None, note:
         for label, s_key, c_key in (
             ("remote-select (testmon + this)", "ours_safe", "ours_cost"),
             ("testmon alone", "tm_safe", "tm_cost"),
+            ("oracle (the tests that run the function)", "", "oracle_cost"),
         ):
-            safety = sum(1 for r in failing if r[s_key]) / n
+            safety = sum(1 for r in failing if r[s_key]) / n if s_key else 1.0
             costs = [float(r[c_key]) for r in failing] or [0.0]
             lib = [float(r[c_key + "_lib"]) for r in failing] or [0.0]
             out.append(
@@ -366,6 +362,22 @@ def render(timings: list[dict[str, float]], mut: dict[str, object] | None, note:
                 f"| {sum(lib) / len(lib):.0%} | {max(lib):.0%} |"
             )
         out.append("| run everything | 100% | 100% | 100% | 100% | 100% |")
+        ours = sum(float(r["ours_cost"]) for r in failing) / n
+        ideal = sum(float(r["oracle_cost"]) for r in failing) / n
+        if ideal:
+            out += ["", f"Mean cost of remote-select / the oracle's: {ours / ideal:.2f}x."]
+        out += [
+            "",
+            "Per mutant (cost over the whole suite; `missed` = no failing test selected):",
+            "",
+            "| mutant | failing tests | oracle | remote-select | testmon alone |",
+            "|---|---|---|---|---|",
+        ]
+        for r in rows:
+            name = str(r["mutant"]).removeprefix("nemo_rl/")
+            ours_cell = f"{float(r['ours_cost']):.0%}" + ("" if r["ours_safe"] or not r["fails"] else " missed")
+            tm_cell = f"{float(r['tm_cost']):.0%}" + ("" if r["tm_safe"] or not r["fails"] else " missed")
+            out.append(f"| `{name}` | {r['fails']} | {float(r['oracle_cost']):.0%} | {ours_cell} | {tm_cell} |")
         missed = [r["mutant"] for r in failing if not r["tm_safe"]]
         if missed:
             out += ["", "Failing mutants testmon alone misses: " + ", ".join(f"`{m}`" for m in missed[:12])]
@@ -409,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
         "-x",
         "--first-failure",
         action="store_true",
-        help="stop each mutant's runs at the first failing test (faster; 'fails' counts only those seen)",
+        help="when the union fails nothing, stop the run of the other tests at the first failure (faster)",
     )
     ap.add_argument("--no-docs", action="store_true", help="print only; do not touch docs/benchmarks.md")
     ap.add_argument("tests", nargs="*", default=["tests/unit"], help="test paths (default tests/unit)")
