@@ -153,6 +153,11 @@ class Rank:
         return True
 
 
+@ray.remote(num_cpus=0)
+def stuck_task():
+    time.sleep(3600)  # STUCK-TASK
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -167,7 +172,7 @@ import pytest
 import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 
-from helpers import LeakyActor, Rank, Sleeper, free_port
+from helpers import LeakyActor, Rank, Sleeper, free_port, stuck_task
 
 KEEP = []
 
@@ -204,6 +209,11 @@ def test_hangs_in_a_collective(ray_session):
     ray.get([ranks[0].all_reduce.remote(), ranks[1].skip.remote()])  # rank 1 never joins
 
 
+@pytest.mark.timeout(15)
+def test_hangs_in_a_task(ray_session):
+    ray.get(stuck_task.remote())  # cancelled at the timeout (a killed worker would be retried)
+
+
 def test_nothing_of_the_hung_tests_is_left(ray_session):
     from ray._private import state
 
@@ -217,7 +227,7 @@ def test_nothing_of_the_hung_tests_is_left(ray_session):
                 titles.append(open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace"))
             except OSError:
                 pass
-    assert not [t for t in titles if t.startswith(("ray::Sleeper", "ray::Rank"))]
+    assert not [t for t in titles if t.startswith(("ray::Sleeper", "ray::Rank", "ray::stuck_task"))]
 """
 
 
@@ -245,6 +255,7 @@ def test_real_ray_a_leaked_actor_is_named_and_hung_actor_methods_fail_with_their
     cases = {
         "test_hangs_sleeping": (15, "actor Sleeper.nap", _line_of("STUCK-SLEEP")),
         "test_hangs_in_a_collective": (60, "actor Rank.all_reduce", _line_of("STUCK-COLLECTIVE")),
+        "test_hangs_in_a_task": (15, "task stuck_task", _line_of("STUCK-TASK")),
     }
     for name, (timeout, where, line) in cases.items():
         rec = tests[f"test_scenarios.py::{name}"]
@@ -252,7 +263,7 @@ def test_real_ray_a_leaked_actor_is_named_and_hung_actor_methods_fail_with_their
         assert rec["outcome"] == "failed" and rec["hang"]["reason"].startswith(reason), out
         assert rec["duration"] <= timeout + 30, rec["duration"]
         assert rec["hang"]["stuck"][0] == {"where": where, "file": "helpers.py", "line": line}
-        assert any(where.split()[1] in s["stack"] for s in rec["hang"]["stacks"])
+        assert any(where.split()[1].split(".")[0] in s["stack"] for s in rec["hang"]["stacks"])
         result.stdout.fnmatch_lines([f"*{reason}*"])  # the failure's one line
     assert (
         "in all_reduce, torch/distributed/distributed_c10d.py:"
@@ -260,9 +271,8 @@ def test_real_ray_a_leaked_actor_is_named_and_hung_actor_methods_fail_with_their
     )
     # no process of the hung tests is left: killed at the timeout (checked inside the run), gone after it
     deadline = time.monotonic() + 30
-    while (left := [t for t in _titles() if t.startswith(("ray::Sleeper", "ray::Rank", "ray::LeakyActor"))]) and (
-        time.monotonic() < deadline
-    ):
+    hung = ("ray::Sleeper", "ray::Rank", "ray::LeakyActor", "ray::stuck_task")
+    while (left := [t for t in _titles() if t.startswith(hung)]) and (time.monotonic() < deadline):
         time.sleep(1)
     assert not left
 

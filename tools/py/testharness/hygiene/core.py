@@ -319,13 +319,11 @@ def actor_stuck(stack: Stack) -> Stuck | None:
     if not user:
         return None
     method = user[-1]  # outermost user frame
-    name = method.function
-    if "." in name:  # py-spy prints qualified names: Sleeper.nap
-        cls, _, meth = name.rpartition(".")
-        cls = cls.split(".<locals>.")[-1]
-        label = f"actor {stack.actor_class or cls}.{meth}"
+    name = method.function  # py-spy prints qualified names: Sleeper.nap, test_x.<locals>.f
+    if stack.actor_class:
+        label = f"actor {stack.actor_class}.{name.rpartition('.')[2]}"
     else:
-        label = f"actor {stack.actor_class}.{name}" if stack.actor_class else f"task {name}"
+        label = f"task {name.replace('.<locals>.', '.')}"
     return Stuck(label, method, main.frames[0])
 
 
@@ -339,9 +337,9 @@ def driver_stuck(frames: tuple[Frame, ...], test_file: str) -> Stuck | None:
     return Stuck("test process", frames[0], frames[0])
 
 
-def hang_reason(timeout_s: float, stuck: list[Stuck], test: Stuck | None) -> str:
+def hang_reason(timeout_s: float, stuck: list[Stuck], test: Stuck | None, what: str = "the test") -> str:
     """The failure's one line: the stuck actors first (they are why the test waits)."""
-    head = f"Timeout: the test ran over {timeout_s:g} s"
+    head = f"Timeout: {what} ran over {timeout_s:g} s"
     if stuck:
         more = f" (+{len(stuck) - 1} more stuck, stacks below)" if len(stuck) > 1 else ""
         return f"{head}; {stuck[0].text()}{more}"

@@ -112,23 +112,32 @@ def _remote_dump(node_id: str, pids: list[int], exe: str | None) -> list[tuple[i
         return [(1, "", f"could not reach node {node_id[:8]}: {exc}")] * len(pids)
 
 
-def _job_task_workers(job_hex: str, actor_pids: set[int]) -> list[Proc]:
-    """This node's Ray workers running one of this job's tasks (title `ray::name`, not IDLE)."""
-    found = []
+def _local_raylet_pid(ray: Any) -> int | None:
+    """This node's raylet: the process started with this driver's raylet socket."""
+    try:
+        socket_name = str(ray._private.worker.global_worker.node.raylet_socket_name)
+    except Exception:
+        return None
     for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) in actor_pids:
-            continue
-        pid = int(entry)
+        if entry.isdigit() and f"--raylet_socket_name={socket_name}" in probe._title(int(entry)):
+            return int(entry)
+    return None
+
+
+def _task_workers(raylet_pid: int | None, skip: set[int]) -> list[Proc]:
+    """This node's Ray workers running a task (title `ray::name`: not idle, not an agent, not
+    one of this job's actors). A pooled worker's environment does not name its job, so under
+    `-n` another xdist worker's running task may be listed too: it is only dumped."""
+    if raylet_pid is None:
+        return []
+    found = []
+    for pid in probe._children(raylet_pid):
         title = probe._title(pid)
-        if not title.startswith("ray::") or title.startswith(("ray::IDLE", "ray::DashboardAgent", "ray::RuntimeEnv")):
+        if pid in skip or not title.startswith("ray::"):
             continue
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as fh:
-                env = fh.read()
-        except OSError:
+        if title.startswith(("ray::IDLE", "ray::DashboardAgent", "ray::RuntimeEnvAgent")):
             continue
-        if f"RAY_JOB_ID={job_hex}".encode() in env.split(b"\0"):
-            found.append(Proc(pid, 0.0, title))
+        found.append(Proc(pid, 0.0, title))
     return found
 
 
@@ -159,7 +168,7 @@ def driver_stack(main_ident: int | None, root: str) -> tuple[Stack, tuple[Any, .
 
 
 def diagnose(
-    timeout_s: float, before: Snapshot, test_file: str, root: str, main_ident: int | None
+    timeout_s: float, before: Snapshot, test_file: str, root: str, main_ident: int | None, what: str = "the test"
 ) -> tuple[Diagnosis, list[Actor], list[Proc]]:
     """Stacks of the test process, of every live actor of this job and of this node's workers
     running this job's tasks; the reason; and what to end (the actors the test created or
@@ -175,7 +184,7 @@ def diagnose(
             job = probe.job_id_hex(ray)
             actors = sorted(probe.read_actors(ray, job).values(), key=lambda a: (a.class_name, a.id))
             here = str(ray.get_runtime_context().get_node_id())
-            tasks = _job_task_workers(job, {a.pid for a in actors if a.node_id == here})
+            tasks = _task_workers(_local_raylet_pid(ray), {a.pid for a in actors if a.node_id == here})
         except Exception:
             actors, tasks, here = [], [], ""
         local = [a for a in actors if a.node_id == here and a.pid]
@@ -205,13 +214,14 @@ def diagnose(
                 found = _title_only(s, title)
         if found is not None:
             stuck.append(found)
-    reason = hang_reason(timeout_s, stuck, driver_stuck(main_frames, test_file))
+    reason = hang_reason(timeout_s, stuck, driver_stuck(main_frames, test_file), what)
     text = "\n".join([reason, *(s.text() for s in stacks)])
     busy_pids = {s.pid for s in stacks[1:] if actor_stuck(s) is not None}
     to_end = [a for a in actors if a.id not in before.actors or a.pid in busy_pids]
     new_procs = [p for k, p in probe.child_processes().items() if k not in before.procs]
+    # Task workers are ended by cancel_tasks (a killed one would be retried), not killed here.
     in_ray = any(f.file.startswith("ray/") for f in main_frames)
-    return Diagnosis(reason, hang_record(timeout_s, reason, stuck, stacks), text, in_ray), to_end, new_procs + tasks
+    return Diagnosis(reason, hang_record(timeout_s, reason, stuck, stacks), text, in_ray), to_end, new_procs
 
 
 def _title_only(stack: Stack, title: str) -> Stuck:
@@ -245,6 +255,25 @@ def end_actors(actors: list[Actor]) -> None:
                     os.kill(a.pid, signal.SIGKILL)
             except OSError:
                 pass
+
+
+def cancel_tasks() -> None:
+    """Cancel (force: the worker is ended, the task not retried) every task this process owns
+    that has not finished; a killed task worker would only be retried by Ray."""
+    ray = probe.ray_connected()
+    if ray is None:
+        return
+    try:
+        ids = list(ray._private.worker.global_worker.core_worker.get_all_reference_counts())
+    except Exception:
+        return
+    for object_id in ids:
+        try:
+            # keys are hex text (bytes in Ray 2.x); an ObjectRef takes the 28 raw bytes
+            text = object_id.decode() if isinstance(object_id, bytes) else str(object_id)
+            ray.cancel(ray.ObjectRef(bytes.fromhex(text)), force=True, recursive=True)
+        except Exception:  # finished, an actor task (its actor is killed instead), a ray.put object
+            continue
 
 
 def end_processes(procs: list[Proc]) -> None:

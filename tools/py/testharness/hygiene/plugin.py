@@ -93,6 +93,7 @@ class _Hygiene:
     fixture_finalized: bool = False
     leaks_by_test: dict[str, list[core.Leak]] = field(default_factory=dict)
     current: pytest.Item | None = None
+    watchdog: _Watchdog | None = None
 
     def __post_init__(self) -> None:
         opt = self.config.getoption
@@ -140,8 +141,22 @@ class _Hygiene:
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_fixture_setup(self, fixturedef: Any, request: pytest.FixtureRequest) -> Generator[None, Any, Any]:
-        if not self.check or fixturedef.scope == "function":
+        if fixturedef.scope == "function":
             return (yield)
+        # A broader fixture's setup (starting Ray, loading a model) is not the test's time:
+        # the test's clock stops, and the fixture gets the default timeout of its own.
+        watchdog = self.watchdog
+        if watchdog is not None:
+            watchdog.pause(self.settings.timeout, f"{fixturedef.scope} fixture {fixturedef.argname!r} (setup)")
+        try:
+            if not self.check:
+                return (yield)
+            return (yield from self._owned_setup(fixturedef))
+        finally:
+            if watchdog is not None:
+                watchdog.resume()
+
+    def _owned_setup(self, fixturedef: Any) -> Generator[None, Any, Any]:
         before = self._snapshot()
         try:
             return (yield)
@@ -218,6 +233,7 @@ class _Hygiene:
         timeout = self._timeout(item)
         debugging = self.config.getoption("usepdb", False) or self.config.getoption("trace", False)
         watchdog = _Watchdog(self, item, timeout) if timeout > 0 and not debugging else None
+        self.watchdog = watchdog
         if watchdog is not None:
             watchdog.start()
         try:
@@ -225,7 +241,7 @@ class _Hygiene:
         finally:
             if watchdog is not None:
                 watchdog.cancel()
-            self.current = None
+            self.current, self.watchdog = None, None
 
     @pytest.hookimpl(optionalhook=True, tryfirst=True)
     def pytest_timeout_set_timer(self, item: pytest.Item, settings: Any) -> bool:
@@ -240,19 +256,20 @@ class _Hygiene:
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
         diagnosis = item.stash.get(_HANG, None)
-        original = None
+        original, rewrite = None, False
         if diagnosis is not None and not item.stash.get(_HANG_REPORTED, False):
-            item.stash[_HANG_REPORTED] = True
+            item.stash[_HANG_REPORTED] = rewrite = True
             original = call.excinfo
             try:
                 pytest.fail(diagnosis.reason, pytrace=False)
             except pytest.fail.Exception as failure:
                 object.__setattr__(call, "excinfo", pytest.ExceptionInfo.from_exception(failure))
         report = yield
-        if original is not None and diagnosis is not None:
+        if rewrite and diagnosis is not None:
             report.testharness_hang = diagnosis.record
             report.sections.append(("hang diagnosis (stacks)", diagnosis.text))
-            report.sections.append(("error after the timeout", f"{original.typename}: {original.value}"))
+            if original is not None:
+                report.sections.append(("error after the timeout", f"{original.typename}: {original.value}"))
         if call.when == "teardown":
             leaks = item.stash.get(_LEAKS, [])
             if leaks:
@@ -288,20 +305,53 @@ class _Watchdog:
     def __init__(self, plugin: _Hygiene, item: pytest.Item, timeout: float) -> None:
         self.plugin, self.item, self.timeout = plugin, item, timeout
         self.main = threading.get_ident()
-        self.timer = threading.Timer(timeout, self._fire)
-        self.timer.daemon = True
-        self.timer.name = f"testharness-hang-watchdog {item.nodeid}"
+        self.remaining = timeout  # of the test's own time
+        self.running: tuple[float, str] = (timeout, "the test")  # what the armed timer times
+        self.armed_at = 0.0
+        self.paused = 0  # depth of broader fixtures being set up
+        self.timer: threading.Timer | None = None
+        self.lock = threading.Lock()
         self.fired = threading.Event()
         self.done = threading.Event()
         self.previous: Any = None
         if threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGALRM"):
             self.previous = signal.signal(signal.SIGALRM, self._interrupt)
 
-    def start(self) -> None:
+    def _arm(self, seconds: float, what: str) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        self.running, self.armed_at = (seconds, what), time.monotonic()
+        self.timer = threading.Timer(max(seconds, 0.001), self._fire)
+        self.timer.daemon = True
+        self.timer.name = f"testharness-hang-watchdog {self.item.nodeid}"
         self.timer.start()
 
+    def start(self) -> None:
+        with self.lock:
+            self._arm(self.timeout, "the test")
+
+    def pause(self, fixture_timeout: float, what: str) -> None:
+        with self.lock:
+            self.paused += 1
+            if self.paused > 1 or self.fired.is_set() or self.timer is None:
+                return
+            self.timer.cancel()
+            self.remaining -= time.monotonic() - self.armed_at
+            if fixture_timeout > 0:
+                self._arm(fixture_timeout, what)
+            else:
+                self.timer = None
+
+    def resume(self) -> None:
+        with self.lock:
+            self.paused -= 1
+            if self.paused == 0 and not self.fired.is_set():
+                self._arm(self.remaining, "the test")
+
     def cancel(self) -> None:
-        self.timer.cancel()
+        with self.lock:
+            if self.timer is not None:
+                self.timer.cancel()
         if self.fired.is_set():
             self.done.wait(120)  # the diagnosis ends the processes before the next test starts
         if self.previous is not None:
@@ -313,11 +363,17 @@ class _Watchdog:
             pytest.fail(diagnosis.reason, pytrace=False)
 
     def _fire(self) -> None:
-        self.fired.set()
+        with self.lock:
+            if threading.current_thread() is not self.timer:
+                return  # cancelled, or re-armed as this one fired
+            self.fired.set()
         try:
             root = str(self.item.config.rootpath)
             test_file = self.item.nodeid.split("::", 1)[0]
-            diagnosis, actors, procs = hang.diagnose(self.timeout, self.plugin.before, test_file, root, self.main)
+            seconds, what = self.running
+            if what == "the test":
+                seconds = self.timeout  # the test's whole budget, however it was paused
+            diagnosis, actors, procs = hang.diagnose(seconds, self.plugin.before, test_file, root, self.main, what)
             self.item.stash[_HANG] = diagnosis
             print(f"\n[testharness] {self.item.nodeid}: {diagnosis.text}", file=sys.__stderr__, flush=True)
             if self.previous is not None and not diagnosis.main_in_ray:
@@ -326,6 +382,7 @@ class _Watchdog:
                 # Ray; ending the awaited actors below ends that wait cleanly instead.
                 signal.pthread_kill(self.main, signal.SIGALRM)
                 time.sleep(0.5)
+            hang.cancel_tasks()
             hang.end_actors(actors)
             hang.end_processes(procs)
         except Exception as exc:  # the watchdog must never take the run down
