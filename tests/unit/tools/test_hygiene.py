@@ -331,3 +331,45 @@ def test_next():
     result.stdout.fnmatch_lines([f"{reason}*"])
     hung = json.loads((pytester.path / "out" / "unit_results.json").read_text())["tests"]["test_slow.py::test_sleeps"]
     assert hung["hang"]["reason"].startswith(reason) and hung["hang"]["stacks"][0]["process"].startswith("test process")
+
+
+def test_a_module_fixtures_process_is_charged_when_its_scope_ends(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyprojecttoml("[tool.testharness.hygiene]\nsettle_s = 0.5\n")
+    pid_file = pytester.path / "pids"
+    monkeypatch.setenv("HYGIENE_PID_FILE", str(pid_file))
+    pytester.makepyfile(
+        test_fixture="""
+import os, subprocess, sys
+import pytest
+
+@pytest.fixture(scope="module")
+def server():
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    with open(os.environ["HYGIENE_PID_FILE"], "a") as fh:
+        fh.write(f"{p.pid}\\n")
+    yield p  # never stopped
+
+def test_first(server):
+    assert server.poll() is None
+
+def test_last(server):
+    assert server.poll() is None
+"""
+    )
+    try:
+        result = pytester.runpytest("-p", "no:cacheprovider", "--unit-results-dir", "out")
+        result.assert_outcomes(passed=2)
+        tests = json.loads((pytester.path / "out" / "unit_results.json").read_text())["tests"]
+        assert "leaks" not in tests["test_fixture.py::test_first"]  # alive while its scope lasts
+        (leak,) = tests["test_fixture.py::test_last"]["leaks"]
+        assert leak["kind"] == "process" and leak["owner"] == "module fixture 'server'"
+        result.stdout.fnmatch_lines(["    process * (pid *) ?module fixture 'server'?"])  # [ ] are fnmatch classes
+    finally:
+        for pid in pid_file.read_text().split() if pid_file.exists() else []:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+                os.waitpid(int(pid), 0)
+            except OSError:
+                pass
