@@ -3,7 +3,8 @@
 Real code that ships in this venv is copied into a scratch tree as a source package, with
 synthetic tests (one per 10 modules, each importing 3 modules at random), and timed:
 
-  cold        no map, no state, no parse cache: every file read (plan)
+  cold        no map, no state, no parse cache: every file read (plan); also in this
+              process only (the readers run in a process per CPU from 400 files and 16 MB on)
   write       saving the map and the parse cache at the end of that session
   cached      no map, but the parse cache file kept (a CI job that caches it)
   warm        no change since the last session
@@ -34,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bench_common import md_table, print_table, update_section  # noqa: E402
 
-from testharness.remote_select import lexical, store  # noqa: E402
+from testharness.remote_select import engine, lexical, store  # noqa: E402
 from testharness.remote_select.config import SelectConfig  # noqa: E402
 from testharness.remote_select.engine import RemoteSelector  # noqa: E402
 
@@ -74,14 +75,17 @@ def make_tree(root: Path, pkg_dir: Path, top: str, inner: str, limit: int = 0) -
 
 
 @contextmanager
-def ast_only() -> Iterator[None]:
-    """lexical.read refuses every file: graph.parse_file falls back to `ast` (as before it)."""
-    original = lexical.read
-    lexical.read = lambda source: None  # type: ignore[assignment]
+def serial(ast_only: bool = False) -> Iterator[None]:
+    """Files read in this process only; with `ast_only`, lexical.read refuses every file, so
+    graph.parse_file falls back to `ast` (the reader before lexical.py)."""
+    original, threshold = lexical.read, engine.PARALLEL_MIN_FILES
+    engine.PARALLEL_MIN_FILES = 1 << 60
+    if ast_only:
+        lexical.read = lambda source: None  # type: ignore[assignment]
     try:
         yield
     finally:
-        lexical.read = original  # type: ignore[assignment]
+        lexical.read, engine.PARALLEL_MIN_FILES = original, threshold  # type: ignore[assignment]
 
 
 def _timed(fn: Callable[[], object]) -> tuple[float, float]:
@@ -96,8 +100,10 @@ def time_tree(root: Path, cfg: SelectConfig, with_ast: bool) -> dict[str, float]
     sel = RemoteSelector(root, cfg, files)
     out: dict[str, float] = {}
     if with_ast:
-        with ast_only():
+        with serial(ast_only=True):
             out["ast_cold"], out["ast_cold_cpu"] = _timed(sel.plan)
+    with serial():
+        out["serial_cold"], out["serial_cold_cpu"] = _timed(sel.plan)
     plans = []
     out["cold"], out["cold_cpu"] = _timed(lambda: plans.append(sel.plan()))
     plan = plans[-1]
@@ -144,8 +150,9 @@ def main(argv: list[str] | None = None) -> int:
                 label,
                 f"{int(t['files']):,}",
                 f"{t['mb']:.1f}",
-                f"{t['ast_cold']:.2f} s" if "ast_cold" in t else "-",
-                f"{t['cold']:.2f} s (cpu {t['cold_cpu']:.2f})",
+                f"{t['ast_cold']:.2f} s (cpu {t['ast_cold_cpu']:.2f})" if "ast_cold" in t else "-",
+                f"{t['serial_cold']:.2f} s (cpu {t['serial_cold_cpu']:.2f})",
+                f"{t['cold']:.2f} s",
                 f"{t['write']:.2f} s",
                 f"{t['cached']:.2f} s",
                 f"{t['warm']:.3f} s ({per_k:.3f} per 1,000)",
@@ -153,7 +160,18 @@ def main(argv: list[str] | None = None) -> int:
             ]
         )
         print(label, t, flush=True)
-    header = ["tree", "files", "MB", "cold, ast", "cold", "write", "cold, parse cache kept", "warm", "one edit"]
+    header = [
+        "tree",
+        "files",
+        "MB",
+        "cold, ast (before)",
+        "cold, one process",
+        "cold",
+        "write",
+        "cold, parse cache kept",
+        "warm, no change",
+        "one edit",
+    ]
     load = os.getloadavg()
     note = f"load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} on {os.cpu_count()} CPUs at the end"
     print_table(f"Map build on real trees ({note})", header, rows)

@@ -220,6 +220,7 @@ def test_many_files_are_read_in_processes_of_their_own_and_here_if_those_fail(
     serial = engine._read_chunk(paths)
     assert serial[-1] is None and all(p is not None for p in serial[:-1])
     monkeypatch.setattr(engine, "PARALLEL_MIN_FILES", 2)
+    monkeypatch.setattr(engine, "PARALLEL_MIN_BYTES", 1)
     monkeypatch.setattr(engine.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     assert engine._read_files(paths) == serial
     monkeypatch.setattr(engine.sys, "executable", str(tmp_path / "no-python"))
