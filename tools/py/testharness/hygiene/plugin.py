@@ -203,6 +203,8 @@ class _Hygiene:
             return (yield)
         try:
             result = yield
+        except (KeyboardInterrupt, SystemExit):
+            raise  # the run is stopping: no check (it could wait settle_s)
         except BaseException:
             item.stash[_LEAKS] = self._test_leaks(item)
             raise
