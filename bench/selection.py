@@ -171,7 +171,14 @@ def pytest_cmd(*args: str) -> list[str]:
 
 
 def run(cmd: list[str], env: dict[str, str], timeout: int) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    """The command's result; one that runs past `timeout` is killed and answers what it printed
+    (a test run that timed out writes no results: its tests count as failing)."""
+    try:
+        return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        out, err = (x.decode(errors="replace") if isinstance(x, bytes) else (x or "") for x in (exc.stdout, exc.stderr))
+        print(f"selection bench: timed out after {timeout} s: {' '.join(cmd[-3:])}", file=sys.stderr, flush=True)
+        return subprocess.CompletedProcess(cmd, -9, out, err)
 
 
 def collected_ids(output: str) -> set[str]:
