@@ -85,6 +85,7 @@ class _Guard:
         action = self.policy.on_signal(signum, time.monotonic())
         name = signal_name(signum)
         if action == INTERRUPT:
+            _cancel_rays_shutdown_deadline(signum)
             # Python's own Ctrl-C message is pytest's "KeyboardInterrupt" line; name the others.
             if signum != signal.SIGINT:
                 _say(f"testharness: {name} received: stopping the run like Ctrl-C (results are still written)")
@@ -113,6 +114,18 @@ class _Guard:
     def uninstall(self) -> None:
         for signum, previous in self.previous.items():
             signal.signal(signum, previous)
+
+
+def _cancel_rays_shutdown_deadline(signum: int) -> None:
+    """A Ray driver answers SIGTERM by arming alarm(3), a hard deadline for its own shutdown,
+    before passing the signal on (seen with strace). The run's clean-up (teardown, results,
+    leftover processes) can take longer on a busy machine, and SIGALRM's default action would
+    then end pytest with no exit status of ours: cancel that deadline, keep anyone else's."""
+    if signum != signal.SIGTERM or "ray" not in sys.modules or not hasattr(signal, "alarm"):
+        return
+    remaining = signal.alarm(0)
+    if remaining > 3:
+        signal.alarm(remaining)  # not Ray's: someone else's alarm, armed earlier
 
 
 def _say(line: str) -> None:
@@ -159,6 +172,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     # SystemExit(SIGTERM): that is our stop signal, not a test failure.
     if isinstance(error, SystemExit) and error.code == signal.SIGTERM:
         if _GUARD is not None and _GUARD.policy.on_signal(signal.SIGTERM, time.monotonic()) == INTERRUPT:
+            _cancel_rays_shutdown_deadline(signal.SIGTERM)
             _say("testharness: SIGTERM received: stopping the run like Ctrl-C (results are still written)")
             raise Interrupted("SIGTERM")
     return (yield)

@@ -316,12 +316,15 @@ class _Watchdog:
         self.fired = threading.Event()
         self.done = threading.Event()
         self.previous: Any = None
+        self.closed = False  # cancelled: no timer may be armed or fire any more
         if threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGALRM"):
             self.previous = signal.signal(signal.SIGALRM, self._interrupt)
 
     def _arm(self, seconds: float, what: str) -> None:
         if self.timer is not None:
             self.timer.cancel()
+        if self.closed:
+            return
         self.running, self.armed_at = (seconds, what), time.monotonic()
         self.timer = threading.Timer(max(seconds, 0.001), self._fire)
         self.timer.daemon = True
@@ -352,6 +355,7 @@ class _Watchdog:
 
     def cancel(self) -> None:
         with self.lock:
+            self.closed = True  # a timer already waiting on the lock in _fire gives up
             if self.timer is not None:
                 self.timer.cancel()
         if self.fired.is_set():
@@ -366,8 +370,8 @@ class _Watchdog:
 
     def _fire(self) -> None:
         with self.lock:
-            if threading.current_thread() is not self.timer:
-                return  # cancelled, or re-armed as this one fired
+            if self.closed or threading.current_thread() is not self.timer:
+                return  # cancelled (SIGALRM's default handler is back: it would end the process), or re-armed
             self.fired.set()
         try:
             root = str(self.item.config.rootpath)
