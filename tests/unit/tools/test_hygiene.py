@@ -68,12 +68,17 @@ def test_waits_for_its_process():
             ["*ERROR at teardown of test_leaks_a_process*", "leaked 1 resource(s) after teardown: process *"]
         )
     finally:
-        for pid in pid_file.read_text().split() if pid_file.exists() else []:
-            try:
-                os.kill(int(pid), signal.SIGKILL)
-                os.waitpid(int(pid), 0)
-            except OSError:
-                pass
+        _kill_pids(pid_file)
+
+
+def _kill_pids(pid_file: Path) -> None:
+    """The processes a scenario wrote to `pid_file`: never left behind by a failed assertion."""
+    for pid in pid_file.read_text().split() if pid_file.exists() else []:
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+            os.waitpid(int(pid), 0)
+        except OSError:
+            pass
 
 
 CONFTEST = '''\
@@ -367,9 +372,4 @@ def test_last(server):
         assert leak["kind"] == "process" and leak["owner"] == "module fixture 'server'"
         result.stdout.fnmatch_lines(["    process * (pid *) ?module fixture 'server'?"])  # [ ] are fnmatch classes
     finally:
-        for pid in pid_file.read_text().split() if pid_file.exists() else []:
-            try:
-                os.kill(int(pid), signal.SIGKILL)
-                os.waitpid(int(pid), 0)
-            except OSError:
-                pass
+        _kill_pids(pid_file)

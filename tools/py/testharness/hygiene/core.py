@@ -59,13 +59,7 @@ class Snapshot:
 
     def without(self, owned: Snapshot) -> Snapshot:
         """This snapshot less the resources in `owned` (held by a live broader fixture)."""
-        return Snapshot(
-            actors={k: v for k, v in self.actors.items() if k not in owned.actors},
-            groups={k: v for k, v in self.groups.items() if k not in owned.groups},
-            procs={k: v for k, v in self.procs.items() if k not in owned.procs},
-            gpus=self.gpus,
-            ray=self.ray,
-        )
+        return created_between(owned, self)
 
 
 def created_between(before: Snapshot, after: Snapshot) -> Snapshot:
