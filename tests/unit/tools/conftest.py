@@ -11,3 +11,16 @@ import pytest
 def pytest_configure(config: pytest.Config) -> None:
     if not config.pluginmanager.has_plugin("pytester"):
         config.pluginmanager.import_plugin("pytester")
+
+
+@pytest.fixture(autouse=True)
+def _inner_runs_outside_the_outer_coverage(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inner runs start as a user's would: not measured for the outer run's `--cov`.
+
+    Coverage's `patch = ["subprocess"]` (pyproject.toml) hands its configuration to every
+    Python subprocess, so each inner pytest, Ray worker and script of these tests would
+    start coverage of `nemo_rl`, which none of them runs: +0.3 s of CPU per process and a
+    data file each. A test about coverage passes its own `--cov` to the inner run.
+    """
+    for name in ("COVERAGE_PROCESS_CONFIG", "COVERAGE_PROCESS_START"):
+        monkeypatch.delenv(name, raising=False)

@@ -212,13 +212,28 @@ def project(pytester: pytest.Pytester) -> Project:
     return proj
 
 
+@pytest.fixture(scope="module")
+def seed_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the first `seeded` project of this module is kept for the others."""
+    return tmp_path_factory.mktemp("seed") / "project"
+
+
 @pytest.fixture
-def seeded(project: Project) -> Project:
-    """A project after a first full, green run (the seed) and a second one with no change."""
+def seeded(project: Project, seed_copy: Path) -> Project:
+    """A project after a first full, green run (the seed).
+
+    The seed is run once per module; the other tests start from a copy of it, which is a
+    moved checkout with its timestamps kept (that a moved checkout runs nothing is a test
+    below). Saves one inner pytest per test.
+    """
+    if seed_copy.is_dir():
+        shutil.copytree(seed_copy, project.path, dirs_exist_ok=True)
+        return project
     result, ran = project.run()
     assert set(ran) == ALL and set(ran.values()) == {"PASSED"}, result.stdout.str()
     assert (project.path / STATE_FILE).is_file()
     assert (project.path / MAP_FILE).is_file()
+    shutil.copytree(project.path, seed_copy)
     return project
 
 
