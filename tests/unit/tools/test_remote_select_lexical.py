@@ -173,6 +173,16 @@ def test_text_it_cannot_read_safely_goes_to_ast(src: str) -> None:
     assert lexical.read(src.encode()) is None
 
 
+def test_tabs_in_strings_and_comments_are_read_in_code_they_go_to_ast() -> None:
+    # A tab in a docstring or a comment (as transformers' generation/utils.py has) is no
+    # indentation: such a file is read here, not parsed with `ast`.
+    src = 'def f():\n    """Doc\n\t\tindented with tabs."""\n    return g()  # a\ttab\n'
+    parsed = lexical.read(src.encode())
+    assert parsed is not None
+    assert parsed.facts.funcs[0].calls == ("g",)
+    assert lexical.read(b"def f():\n    x = 1\t+ 2\n") is None  # in code: `ast`
+
+
 def test_ast_reference_matches_the_old_reader() -> None:
     src = b"import a\n\ndef f():\n    return g()\n"
     tree = ast.parse(src)

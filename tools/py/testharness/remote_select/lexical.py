@@ -32,7 +32,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 
 from .records import (
     ALWAYS,
@@ -73,13 +73,13 @@ _DEF = re.compile(r"def[ ]+(\w+)")
 _CLASS = re.compile(r"class[ ]+(\w+)")
 # Names followed by ( , or ): matched in the reversed text, where the pattern starts with
 # that punctuation; `def f(` and `class C(` read "( f fed" and "( C ssalc" there.
-_CALLS_REVERSED = re.compile(r"[(,)][ \n]*+(\w++)(?! +fed\b)(?! +ssalc\b)")
+_CALLS_REVERSED = re.compile(r"[(,)][ \n]*+(\w++)(?<![0-9])(?! +fed\b)(?! +ssalc\b)")  # not a number
 _DECORATOR = re.compile(r"@[ \n]*+(?:\w++[ \n]*+\.[ \n]*+)*+(\w++)")
-_HEADER_END = re.compile(r"[()\[\]{}:]")
 _IMPORT_MODULE = re.compile(
     r"\bimport_module\s*\(\s*\"([^\"]*)\"\s*(?:,\s*(?:package\s*=\s*)?(?:\"([^\"]*)\"|(__package__)))?"
 )
 _OPEN = "([{"
+_BLANKS = bytes(10 if b == 10 else 32 for b in range(256))  # bytes.translate: line breaks kept, the rest blank
 _CLOSE = ")]}"
 
 
@@ -95,34 +95,34 @@ class _Text:
         self.masked = masked
         self.strings = strings  # (start, end, token) in order
         self.starts = [s for s, _, _ in strings]
+        self.tokens = [tok for _, _, tok in strings]
         # What the fields of f-strings call (masked away with the string).
         self.fields = [(s, _field_names(tok)) for s, _, tok in strings if "{" in tok and _is_f(tok)]
         self.field_starts = [s for s, _ in self.fields]
 
     def names(self, calls_text: str, spans: list[tuple[int, int]]) -> set[str]:
         """Names the code in `spans` may call (f-string fields included)."""
-        out = _names("\n".join(calls_text[a:b] for a, b in spans))
-        for a, b in spans:
-            i = bisect_right(self.field_starts, a - 1)
-            while i < len(self.fields) and self.fields[i][0] < b:
-                out |= self.fields[i][1]
-                i += 1
+        if len(spans) == 1:
+            a, b = spans[0]
+            out = _names(calls_text[a:b])
+        else:
+            out = _names("\n".join(calls_text[a:b] for a, b in spans))
+        if self.fields:
+            for a, b in spans:
+                i = bisect_right(self.field_starts, a - 1)
+                while i < len(self.fields) and self.fields[i][0] < b:
+                    out |= self.fields[i][1]
+                    i += 1
         return out
 
     def digest(self, spans: list[tuple[int, int]]) -> str:
         """Digest of the code in `spans` (blank-insensitive) and its strings (verbatim)."""
-        code = "\0".join(self.masked[a:b] for a, b in spans)
-        inside = [tok for a, b in spans for tok in self._strings_in(a, b)]
+        masked, starts, tokens = self.masked, self.starts, self.tokens
+        code = "\0".join(masked[a:b] for a, b in spans)
+        # The string tokens starting in each span: one slice of the sorted list per span.
+        inside = [tok for a, b in spans for tok in tokens[bisect_left(starts, a) : bisect_left(starts, b)]]
         code = "\n".join(filter(None, map(str.rstrip, code.split("\n"))))  # trailing blanks, blank lines
         return _digest(code + "\0" + "\0".join(inside))
-
-    def _strings_in(self, a: int, b: int) -> list[str]:
-        i = bisect_right(self.starts, a - 1)
-        out = []
-        while i < len(self.strings) and self.strings[i][0] < b:
-            out.append(self.strings[i][2])
-            i += 1
-        return out
 
     def line_end(self, pos: int) -> int:
         """Offset of the start of the line after `pos`'s line."""
@@ -147,6 +147,7 @@ def _is_f(tok: str) -> bool:
     return "f" in tok[:2].lower() and tok[:1] not in "'\""
 
 
+_FLAT_FIELD = re.compile(r"\{[^{}]*\}")
 _FIELD = re.compile(r"\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}")  # a field, with fields nested one deep
 
 
@@ -161,19 +162,26 @@ def _field_names(tok: str) -> set[str]:
 
 def _mask(text: str) -> _Text | None:
     strings: list[tuple[int, int, str]] = []
+    append = strings.append
 
     def blank(m: re.Match[str]) -> str:
+        # Called once per string and comment of a file: kept cheap.
+        tok = m.group()
         start, end = m.span()
-        if m.group("c") is not None:
+        if tok[0] == "#":
             return " " * (end - start)
         k = start  # a string: its prefix letters (not the end of a name) belong to it
-        while start - k < 2 and k > 0 and text[k - 1] in _PREFIX:
-            k -= 1
-        if k < start and k > 0 and (text[k - 1].isalnum() or text[k - 1] == "_"):
-            k = start
-        strings.append((k, end, text[k:end]))
-        tok = m.group()
+        if k and text[k - 1] in _PREFIX:
+            while start - k < 2 and k > 0 and text[k - 1] in _PREFIX:
+                k -= 1
+            if k > 0 and (text[k - 1].isalnum() or text[k - 1] == "_"):
+                k = start
+            append((k, end, text[k:end]))
+        else:
+            append((k, end, tok))
         if "\n" in tok:
+            if tok.isascii():  # one pass in C (most docstrings)
+                return "\x01" + tok.encode().translate(_BLANKS).decode()[1:]
             return "\x01" + "\n".join(" " * len(part) for part in tok.split("\n"))[1:]
         return "\x01" + " " * (end - start - 1)
 
@@ -181,8 +189,11 @@ def _mask(text: str) -> _Text | None:
     masked = _TOKENS.sub(blank, text)
     if "'" in masked or '"' in masked:
         return None
-    masked = masked.replace("\\\n", "  ")  # a backslash in code only continues a line
-    if "\\" in masked or any(masked.count(o) != masked.count(c) for o, c in zip(_OPEN, _CLOSE, strict=True)):
+    if "\\" in masked:
+        masked = masked.replace("\\\n", "  ")  # a backslash in code only continues a line
+        if "\\" in masked:
+            return None
+    if any(masked.count(o) != masked.count(c) for o, c in zip(_OPEN, _CLOSE, strict=True)):
         return None
     return _Text(text, masked, strings)
 
@@ -195,12 +206,15 @@ def read(source: bytes) -> ParsedFile | None:
         return None
     if text.startswith("\ufeff"):
         text = text[1:]
-    text = text.replace("\r\n", "\n")
-    if "\r" in text or "\f" in text or "\t" in text:
-        return None  # tabs: in strings harmless, in indentation not measured here; rare enough
-    t = _mask(text)
-    if t is None:
+    if "\r" in text:
+        text = text.replace("\r\n", "\n")
+        if "\r" in text:
+            return None
+    if "\f" in text:
         return None
+    t = _mask(text)
+    if t is None or "\t" in t.masked:
+        return None  # tabs in code (indentation is not measured here); in strings and comments harmless
     excluded = _type_checking_blocks(t)
     refs, import_spans = _refs(t, excluded)
     calls_text = _blank(t.masked, import_spans)
@@ -294,7 +308,7 @@ def _string_value(tok: str, prefix: str) -> list[str]:
     if "b" in low:
         return []
     if "f" in low:
-        parts = re.split(r"\{[^{}]*\}", body)
+        parts = _FLAT_FIELD.split(body)
         inner = [v for m in _TOKENS.finditer(body) if m.group("c") is None for v in _string_value(m.group(), "")]
         return parts + inner
     if "\\" in body and "r" not in low:
@@ -307,7 +321,7 @@ def _string_value(tok: str, prefix: str) -> list[str]:
 
 
 def _add_string(value: str, refs: dict[Ref, None]) -> None:
-    if 2 < len(value) < 200:
+    if 2 < len(value) < 200 and "." in value:  # both patterns need a dot
         if _DOTTED.match(value):
             refs[DottedString(value.replace(":", "."))] = None
         elif _PYPATH.match(value):
@@ -321,7 +335,8 @@ def _string_refs(t: _Text, excluded: list[tuple[int, int]], refs: dict[Ref, None
     for start, end, tok in t.strings:
         if excluded and _inside(start, excluded):
             continue
-        prefix = tok[: len(tok) - len(tok.lstrip("rRbBuUfF"))]
+        head = tok[:3]
+        prefix = head[: len(head) - len(head.lstrip("rRbBuUfF"))]
         if len(tok) > 210 + len(prefix) or not ("f" in prefix or "F" in prefix or _PLAIN.fullmatch(tok, len(prefix))):
             run = []  # no name nor path can be in it, nor in a join with it
             last_end = end
@@ -386,21 +401,25 @@ def _headers(masked: str) -> list[tuple[int, int, int, bool, str]]:
 
 
 def _header_end(masked: str, pos: int) -> int:
-    """Offset just past the `:` that ends a def/class header starting at `pos`."""
+    """Offset just past the `:` that ends a def/class header starting at `pos`: the first
+    colon outside brackets."""
     depth = 0
-    for m in _HEADER_END.finditer(masked, pos):
-        c = m.group()
-        if c in _OPEN:
-            depth += 1
-        elif c in _CLOSE:
-            depth -= 1
-        elif depth == 0:
-            return m.end()
-    return len(masked)
+    count = masked.count
+    while True:
+        colon = masked.find(":", pos)
+        if colon < 0:
+            return len(masked)
+        depth += count("(", pos, colon) + count("[", pos, colon) + count("{", pos, colon)
+        depth -= count(")", pos, colon) + count("]", pos, colon) + count("}", pos, colon)
+        if depth == 0:
+            return colon + 1
+        pos = colon + 1
 
 
 def _names(text: str) -> set[str]:
-    out = {name[::-1] for name in set(_CALLS_REVERSED.findall(text[::-1])) if not name[-1].isdigit()}
+    found = set(_CALLS_REVERSED.findall(text[::-1]))
+    # Every name turned back at once: joined, reversed, split (no Python step per name).
+    out = set("\n".join(found)[::-1].split("\n")) if found else set()
     if "@" in text:
         out.update(_DECORATOR.findall(text))
     return out
