@@ -202,6 +202,13 @@ def test_hash_files_reads_a_file_again_only_when_its_stat_changed(tmp_path: Path
     assert hash_files(files, {"m.py": (stats["m.py"], "cached")}) != {"m.py": "cached"}
     racy: dict[str, str] = {}
     assert hash_files(files, stats=racy, now=old) != fresh and racy == {}  # written just now: not kept
+    contents: dict[str, bytes] = {}  # the bytes read, for parsing without reading again
+    hash_files(files, {"m.py": (stats["m.py"], "cached")}, contents=contents)
+    assert contents == {str(path): b"x = 2\n"}
+    contents.clear()
+    now = os.stat(path)
+    sig = f"{now.st_size}:{now.st_mtime_ns}:{now.st_ctime_ns}:{now.st_ino}"
+    assert hash_files(files, {"m.py": (sig, "cached")}, contents=contents) == {"m.py": "cached"} and contents == {}
 
 
 def test_only_the_fields_of_an_f_string_are_code() -> None:

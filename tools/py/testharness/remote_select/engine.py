@@ -98,15 +98,20 @@ class RemoteSelector:
 
     # -- graph -----------------------------------------------------------------------
     def _graph(
-        self, digests: dict[str, str], files: dict[str, str], old: store.MapData | None
+        self,
+        digests: dict[str, str],
+        files: dict[str, str],
+        old: store.MapData | None,
+        contents: dict[str, bytes] | None = None,
     ) -> tuple[Graph, store.MapData, bool]:
-        """Graph for the current tree, reusing the old map's parse cache and deps."""
+        """Graph for the current tree, reusing the old map's parse cache and deps (and the
+        bytes of the files hash_files just read: `contents`)."""
         fp = self.cfg.fingerprint()
         if old is not None and old.config == fp and old.files == digests and set(old.deps) == set(digests):
             return _graph_from_deps(digests, old.deps), old, False
         # No usable map: the parse cache file may still be there (kept by CI, say).
         cache = old.parsed if old is not None else store.ParseCache(store.parse_cache_file(self.files.map_file))
-        parsed = _parse_all(digests, files, cache)
+        parsed = _parse_all(digests, files, cache, contents)
         graph = build_graph(self.cfg, digests, {d: p.refs for d, p in parsed.items()})
         deps = {graph.nodes[i]: [graph.nodes[j] for j in graph.deps[i]] for i in range(graph.n_files)}
         tests = dict(old.tests) if old is not None else {}
@@ -136,7 +141,8 @@ class RemoteSelector:
         if old_map is not None:
             known = {rel: (sig, old_map.files[rel]) for rel, sig in old_map.stats.items() if rel in old_map.files}
         stats: dict[str, str] = {}
-        digests = hash_files(files, known, stats)
+        contents: dict[str, bytes] = {}  # files read now (changed or new): parsed from these bytes
+        digests = hash_files(files, known, stats, contents=contents)
         test_files = {rel for rel in digests if is_test_file(rel, self.cfg)}
 
         # Files whose content differs from each generation still referenced by a record.
@@ -147,7 +153,7 @@ class RemoteSelector:
         map_data = old_map or store.MapData()
         map_dirty = old_map is None
         if any_change or old_map is None or old_map.files != digests or old_map.config != self.cfg.fingerprint():
-            graph, map_data, rebuilt = self._graph(digests, files, old_map)
+            graph, map_data, rebuilt = self._graph(digests, files, old_map, contents)
             map_dirty = map_dirty or rebuilt
         if map_data.stats != stats:
             map_data.stats = stats
@@ -369,9 +375,14 @@ def _diff(old: dict[str, str], new: dict[str, str]) -> set[str]:
     return out
 
 
-def _parse_all(digests: dict[str, str], files: dict[str, str], cache: store.ParseCache) -> dict[str, ParsedFile]:
+def _parse_all(
+    digests: dict[str, str],
+    files: dict[str, str],
+    cache: store.ParseCache,
+    contents: dict[str, bytes] | None = None,
+) -> dict[str, ParsedFile]:
     """parse_file() result for every digest, from `cache` (keyed by content digest) or read
-    now (and added to it)."""
+    now (from `contents` where given: path -> bytes) and added to it."""
     parsed: dict[str, ParsedFile] = {}
     misses: dict[str, str] = {}  # digest -> path
     for rel, dig in digests.items():
@@ -382,7 +393,7 @@ def _parse_all(digests: dict[str, str], files: dict[str, str], cache: store.Pars
             misses[dig] = files[rel]
         else:
             parsed[dig] = hit
-    for dig, hit in zip(misses, _read_files(list(misses.values())), strict=True):
+    for dig, hit in zip(misses, _read_files(list(misses.values()), contents), strict=True):
         hit = hit if hit is not None else ParsedFile((), unparsed_facts(dig))
         cache[dig] = parsed[dig] = hit
     return parsed
@@ -399,9 +410,10 @@ _CHILD = (
 )
 
 
-def _read_files(paths: list[str]) -> list[ParsedFile | None]:
-    """parse_file() of each path (None: unreadable); in processes of their own when there
-    are many (a cold build of a large tree): one per CPU this process may use, at most 8.
+def _read_files(paths: list[str], contents: dict[str, bytes] | None = None) -> list[ParsedFile | None]:
+    """parse_file() of each path (None: unreadable), from `contents` where it holds the
+    path's bytes; in processes of their own when there are many (a cold build of a large
+    tree), which read the files again: one per CPU this process may use, at most 8.
     Plain `python -I -c` children (not multiprocessing, whose children import the
     caller's main module again); if they fail, the files are read here."""
     try:
@@ -440,7 +452,7 @@ def _read_files(paths: list[str]) -> list[ParsedFile | None]:
                 p: hit for chunk, got in zip(chunks, results, strict=True) for p, hit in zip(chunk, got, strict=True)
             }
             return [by_path[p] for p in paths]
-    return _read_chunk(paths)
+    return _read_chunk(paths, contents)
 
 
 def _total_size(paths: list[str]) -> int:
@@ -451,14 +463,18 @@ def _total_size(paths: list[str]) -> int:
     return total
 
 
-def _read_chunk(paths: list[str]) -> list[ParsedFile | None]:
+def _read_chunk(paths: list[str], contents: dict[str, bytes] | None = None) -> list[ParsedFile | None]:
     out: list[ParsedFile | None] = []
     for path in paths:
-        try:
-            with open(path, "rb") as fh:
-                out.append(parse_file(fh.read()))
-        except OSError:
-            out.append(None)
+        data = contents.get(path) if contents else None
+        if data is None:
+            try:
+                with open(path, "rb") as fh:
+                    data = fh.read()
+            except OSError:
+                out.append(None)
+                continue
+        out.append(parse_file(data))
     return out
 
 

@@ -100,6 +100,7 @@ def hash_files(
     known: Mapping[str, tuple[str, str]] | None = None,
     stats: dict[str, str] | None = None,
     now: float | None = None,
+    contents: dict[str, bytes] | None = None,
 ) -> dict[str, str]:
     """Content digests of the given files (rel -> digest); unreadable files are left out.
 
@@ -108,6 +109,8 @@ def hash_files(
     unchanged is not read again, as git's index does. `stats` receives each file's
     signature, except for files written within RACY_S seconds of `now` (read again next
     time). The digest is still of the content: `touch` or a moved checkout changes nothing.
+    `contents` receives the bytes of each file read (absolute path -> bytes), so a file
+    that must then be parsed is not read twice, and is parsed as it was hashed.
     """
     out: dict[str, str] = {}
     known = known or {}
@@ -124,9 +127,12 @@ def hash_files(
         else:
             try:
                 with open(path, "rb") as fh:
-                    out[rel] = digest_bytes(fh.read())
+                    data = fh.read()
             except OSError:
                 continue
+            out[rel] = digest_bytes(data)
+            if contents is not None:
+                contents[path] = data
         if stats is not None and max(st.st_mtime_ns, st.st_ctime_ns) < racy_ns:
             stats[rel] = sig
     return out

@@ -54,8 +54,10 @@ _IMPLICIT = frozenset({"__init_subclass__", "__set_name__", "__class_getitem__",
 
 # Every pattern starts with a literal or a small set of characters, which the regex engine
 # skips to fast. Strings start at their quote; prefixes (r, b, f, u) are read in `_mask`.
+# No group around the comment branch: a branch starting with a group hides the set of first
+# characters from `re`, which then tries every position (2.5x slower on transformers).
 _TOKENS = re.compile(
-    r"""(?P<c>\#[^\n]*)
+    r"""\#[^\n]*
     |'''[^'\\]*(?:(?:\\.|'(?!''))[^'\\]*)*'''
     |\"\"\"[^"\\]*(?:(?:\\.|"(?!""))[^"\\]*)*\"\"\"
     |'[^'\\\n]*(?:\\.[^'\\\n]*)*'
@@ -118,7 +120,7 @@ class _Text:
     def digest(self, spans: list[tuple[int, int]]) -> str:
         """Digest of the code in `spans` (blank-insensitive) and its strings (verbatim)."""
         masked, starts, tokens = self.masked, self.starts, self.tokens
-        code = "\0".join(masked[a:b] for a, b in spans)
+        code = masked[spans[0][0] : spans[0][1]] if len(spans) == 1 else "\0".join(masked[a:b] for a, b in spans)
         # The string tokens starting in each span: one slice of the sorted list per span.
         inside = [tok for a, b in spans for tok in tokens[bisect_left(starts, a) : bisect_left(starts, b)]]
         code = "\n".join(filter(None, map(str.rstrip, code.split("\n"))))  # trailing blanks, blank lines
@@ -239,7 +241,10 @@ def _type_checking_blocks(t: _Text) -> list[tuple[int, int]]:
 
 
 def _inside(pos: int, spans: list[tuple[int, int]]) -> bool:
-    return any(a <= pos < b for a, b in spans)
+    for a, b in spans:
+        if a <= pos < b:
+            return True
+    return False
 
 
 def _blank(masked: str, spans: list[tuple[int, int]]) -> str:
@@ -309,7 +314,7 @@ def _string_value(tok: str, prefix: str) -> list[str]:
         return []
     if "f" in low:
         parts = _FLAT_FIELD.split(body)
-        inner = [v for m in _TOKENS.finditer(body) if m.group("c") is None for v in _string_value(m.group(), "")]
+        inner = [v for m in _TOKENS.finditer(body) if m.group()[0] != "#" for v in _string_value(m.group(), "")]
         return parts + inner
     if "\\" in body and "r" not in low:
         try:
