@@ -232,7 +232,7 @@ class ParseCache:
         entries: dict[str, Any] = {}
         for digest in keep:
             if digest in self._parsed:
-                entries[digest] = parsed_file_to_json(self._parsed[digest])
+                entries[digest] = parsed_file_to_json(self._parsed[digest], tuples=True)
             elif digest in raw:
                 entries[digest] = raw[digest]
         return {"format": PARSE_CACHE_FORMAT, "version": MAP_VERSION, "entries": entries}
