@@ -242,8 +242,10 @@ def _line_of(marker: str) -> int:
 
 @pytest.mark.timeout(900)
 def test_real_ray_a_leaked_actor_is_named_and_hung_actor_methods_fail_with_their_line(
-    pytester: pytest.Pytester,
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # A cluster of its own (its conftest sizes it), not the one an `-n` run shares.
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(helpers=HELPERS, test_scenarios=SCENARIOS)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rA", "--unit-results-dir", "out", timeout=840)

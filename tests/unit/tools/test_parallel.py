@@ -263,7 +263,7 @@ def test_workers_share_one_cluster_that_the_controller_starts_and_stops(tmp_path
         assert doc["memory_source"] == "gpu" and metrics["test_actor::test_actor"]["mem"] >= 0
     else:
         assert doc["memory_source"] == "rss" and metrics["test_actor::test_actor"]["mem"] > 0
-    assert doc["gpu_types"] == []
+    assert bool(doc["gpu_types"]) == Path("/dev/nvidiactl").exists(), doc["gpu_types"]
     # Coverage combined over the xdist workers AND the Ray worker that ran Doubler.run.
     assert isinstance(doc["coverage"], float)
     cov = json.loads((root / "cov.json").read_text())["files"]

@@ -151,6 +151,10 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
         [UV, "pip", "install", "-q", "--python", str(python), str(TOOLS_PY), *pins],
         capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
+    if proc.returncode and "error sending request for url" in proc.stderr and not os.environ.get("CI"):
+        # A machine that reaches no package index (a GPU box with carried wheels).
+        pytest.skip(f"no package index reachable to build the fresh venv; CI=true makes this a failure: "
+                    f"{proc.stderr.strip().splitlines()[0]}")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
 
     root = base / "toyproj"  # outside this repository: nothing of it is on the path
