@@ -14,6 +14,11 @@ Trees: `transformers` (whole), `megatron.core` (whole), and transformers' first 
 path (about 600 with the tests; its files are larger than this repository's). With --ast the same cold
 build is also timed through `ast` (the reader before lexical.py), for comparison.
 
+Every time is wall seconds with the CPU seconds beside it (this process and its reader
+processes): on a shared, loaded box the CPU seconds are the figure to compare. The cold
+build in one process is the best of three (by CPU). The "before" columns are fixed figures,
+measured at 25fe156 (2026-12-02) before issue 21's cold-build work.
+
     uv run --group test python bench/selection_map.py
     uv run --group test python bench/selection_map.py --ast --docs   # also update docs/benchmarks.md
 """
@@ -24,7 +29,9 @@ import argparse
 import importlib.util
 import os
 import random
+import resource
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -33,7 +40,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _bench_common import md_table, print_table, update_section  # noqa: E402
+from _bench_common import md_table, print_table, today, update_section  # noqa: E402
 
 from testharness.remote_select import engine, lexical, store  # noqa: E402
 from testharness.remote_select.config import SelectConfig  # noqa: E402
@@ -88,42 +95,61 @@ def serial(ast_only: bool = False) -> Iterator[None]:
         lexical.read, engine.PARALLEL_MIN_FILES = original, threshold  # type: ignore[assignment]
 
 
+def _cpu() -> float:
+    """CPU seconds of this process and of its waited-for children (the reader processes)."""
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + kids.ru_utime + kids.ru_stime
+
+
 def _timed(fn: Callable[[], object]) -> tuple[float, float]:
-    w, c = time.perf_counter(), time.process_time()
+    w, c = time.perf_counter(), _cpu()
     fn()
-    return time.perf_counter() - w, time.process_time() - c
+    return time.perf_counter() - w, _cpu() - c
 
 
-def time_tree(root: Path, cfg: SelectConfig, with_ast: bool) -> dict[str, float]:
+# Measured at 25fe156 (2026-12-02, load 7.9 / 7.3 / 6.4), before issue 21's cold-build work:
+# (cold with ast, its CPU), (cold in one process, its CPU), cold with reader processes (wall).
+BEFORE = {
+    "transformers, first 550 files": ((15.10, 10.71), (2.40, 1.54), 3.35),
+    "transformers": ((98.58, 61.08), (12.89, 7.54), 15.77),
+    "megatron.core": ((6.54, 3.25), (0.77, 0.55), 0.99),
+}
+
+
+def time_tree(root: Path, cfg: SelectConfig, with_ast: bool) -> dict[str, tuple[float, float]]:
+    """(wall, cpu) seconds of each step, plus ("files", "mb") as (count, MB)."""
     files = store.StateFiles(root / "map.json", root / "state.json")
     cache = store.parse_cache_file(files.map_file)
     sel = RemoteSelector(root, cfg, files)
-    out: dict[str, float] = {}
+    out: dict[str, tuple[float, float]] = {}
     if with_ast:
         with serial(ast_only=True):
-            out["ast_cold"], out["ast_cold_cpu"] = _timed(sel.plan)
-    with serial():
-        out["serial_cold"], out["serial_cold_cpu"] = _timed(sel.plan)
+            out["ast_cold"] = _timed(sel.plan)
+    with serial():  # no map and no parse cache are written by plan(): each run is cold
+        out["serial_cold"] = min((_timed(sel.plan) for _ in range(3)), key=lambda t: t[1])
     plans = []
-    out["cold"], out["cold_cpu"] = _timed(lambda: plans.append(sel.plan()))
+    out["cold"] = _timed(lambda: plans.append(sel.plan()))
     plan = plans[-1]
-    out["files"] = len(plan.digests)
-    out["mb"] = sum(os.path.getsize(p) for p in plan.files.values()) / 1e6
+    out["size"] = (len(plan.digests), sum(os.path.getsize(p) for p in plan.files.values()) / 1e6)
     outcomes = {f"{t}::test_a": "passed" for t in plan.test_files}
-    out["write"], _ = _timed(lambda: sel.finish(plan, outcomes, {}))
+    out["write"] = _timed(lambda: sel.finish(plan, outcomes, {}))
     files.map_file.unlink()
-    out["cached"], _ = _timed(lambda: plans.append(sel.plan()))  # map gone, parse cache kept
+    out["cached"] = _timed(lambda: plans.append(sel.plan()))  # map gone, parse cache kept
     sel.finish(plans[-1], outcomes, {})
     time.sleep(2.1)  # past hash_files' racy window, so the stat signatures are kept
     sel.finish(sel.plan(), outcomes, {})
-    out["warm"], _ = _timed(sel.plan)
+    out["warm"] = _timed(sel.plan)
     target = sorted(p for p in (root / "src").rglob("*.py") if p.stat().st_size > 2000)[0]
     text = target.read_text()
     target.write_text(text.replace("\ndef ", "\ndef _bench_added():\n    return 1\n\n\ndef ", 1) + "\n")
-    out["one_edit"], _ = _timed(sel.plan)
+    out["one_edit"] = _timed(sel.plan)
     target.write_text(text)
     assert cache.exists()
     return out
+
+
+def _fmt(wall: float, cpu: float, digits: int = 2) -> str:
+    return f"{wall:.{digits}f} s (cpu {cpu:.{digits}f})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ast", action="store_true", help="also time the cold build through `ast`")
     ap.add_argument("--docs", action="store_true", help="update the selection-map part of docs/benchmarks.md")
     args = ap.parse_args(argv)
+    load_start = os.getloadavg()
     trees = []
     tf, mc = _package_dir("transformers"), _package_dir("megatron.core")
     if tf is not None:
@@ -144,19 +171,23 @@ def main(argv: list[str] | None = None) -> int:
             root = Path(tmp)
             cfg = make_tree(root, pkg_dir, top, inner, limit)
             t = time_tree(root, cfg, args.ast)
-        per_k = t["warm"] / t["files"] * 1000
+        n_files, mb = t["size"]
+        warm_wall, warm_cpu = t["warm"]
+        ast_before, serial_before, cold_before = BEFORE.get(label, (None, None, None))
         rows.append(
             [
                 label,
-                f"{int(t['files']):,}",
-                f"{t['mb']:.1f}",
-                f"{t['ast_cold']:.2f} s (cpu {t['ast_cold_cpu']:.2f})" if "ast_cold" in t else "-",
-                f"{t['serial_cold']:.2f} s (cpu {t['serial_cold_cpu']:.2f})",
-                f"{t['cold']:.2f} s",
-                f"{t['write']:.2f} s",
-                f"{t['cached']:.2f} s",
-                f"{t['warm']:.3f} s ({per_k:.3f} per 1,000)",
-                f"{t['one_edit']:.2f} s",
+                f"{int(n_files):,}",
+                f"{mb:.1f}",
+                _fmt(*t["ast_cold"]) if "ast_cold" in t else (_fmt(*ast_before) if ast_before else "-"),
+                _fmt(*serial_before) if serial_before else "-",
+                _fmt(*t["serial_cold"]),
+                f"{cold_before:.2f} s" if cold_before else "-",
+                _fmt(*t["cold"]),
+                _fmt(*t["write"]),
+                _fmt(*t["cached"]),
+                f"{_fmt(warm_wall, warm_cpu, 3)}; {warm_wall / n_files * 1000:.3f} per 1,000",
+                _fmt(*t["one_edit"]),
             ]
         )
         print(label, t, flush=True)
@@ -164,20 +195,32 @@ def main(argv: list[str] | None = None) -> int:
         "tree",
         "files",
         "MB",
-        "cold, ast (before)",
-        "cold, one process",
+        "cold, ast" + ("" if args.ast else " (before)"),
+        "cold, one process, before",
+        "cold, one process (best of 3)",
+        "cold, before",
         "cold",
         "write",
         "cold, parse cache kept",
         "warm, no change",
         "one edit",
     ]
-    load = os.getloadavg()
-    note = f"load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} on {os.cpu_count()} CPUs at the end"
-    print_table(f"Map build on real trees ({note})", header, rows)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False)
+    note = (
+        f"Measured {today()} at {commit.stdout.strip() or '?'} on {os.cpu_count()} CPUs, load average"
+        f" {_load(load_start)} at the start and {_load(os.getloadavg())} at the end. Wall seconds, with"
+        " the CPU seconds of this process and its reader processes beside them (the figure to compare"
+        " on a loaded box). The before columns: 25fe156, 2026-12-02, load 7.9 / 7.3 / 6.4."
+    )
+    print_table("Map build on real trees", header, rows)
+    print(note)
     if args.docs:
-        update_section("selection-map", md_table(header, rows) + f"\n\n{note.capitalize()}.")
+        update_section("selection-map", md_table(header, rows) + f"\n\n{note}")
     return 0
+
+
+def _load(avg: tuple[float, float, float]) -> str:
+    return " / ".join(f"{x:.1f}" for x in avg)
 
 
 if __name__ == "__main__":

@@ -74,15 +74,23 @@ _TYPE_CHECKING = re.compile(r"([ ]*)(?:el)?if[ (]*(?:[\w.]+\.)?TYPE_CHECKING[ )]
 _DEF = re.compile(r"def[ ]+(\w+)")
 _CLASS = re.compile(r"class[ ]+(\w+)")
 # Names followed by ( , or ): matched in the reversed text, where the pattern starts with
-# that punctuation; `def f(` and `class C(` read "( f fed" and "( C ssalc" there.
-_CALLS_REVERSED = re.compile(r"[(,)][ \n]*+(\w++)(?<![0-9])(?! +fed\b)(?! +ssalc\b)")  # not a number
+# that punctuation; `def f(` and `class C(` read "( f fed" and "( C ssalc" there. The text is
+# read with `,` and `)` turned into `(` (`_backwards`), so the pattern starts with one literal
+# character, which `re` finds several times faster than one of a set.
+_CALLS_REVERSED = re.compile(r"\([ \n]*+(\w++)(?<![0-9])(?! +fed\b)(?! +ssalc\b)")  # not a number
+_TO_PAREN = str.maketrans(",)", "((")
 _DECORATOR = re.compile(r"@[ \n]*+(?:\w++[ \n]*+\.[ \n]*+)*+(\w++)")
 _IMPORT_MODULE = re.compile(
     r"\bimport_module\s*\(\s*\"([^\"]*)\"\s*(?:,\s*(?:package\s*=\s*)?(?:\"([^\"]*)\"|(__package__)))?"
 )
 _OPEN = "([{"
-_BLANKS = bytes(10 if b == 10 else 32 for b in range(256))  # bytes.translate: line breaks kept, the rest blank
 _CLOSE = ")]}"
+_BLANKS = bytes(10 if b == 10 else 32 for b in range(256))  # bytes.translate: line breaks kept, the rest blank
+
+
+def _backwards(text: str) -> str:
+    """`text` as _CALLS_REVERSED reads it."""
+    return text[::-1].translate(_TO_PAREN)
 
 
 def _digest(text: str) -> str:
@@ -102,13 +110,19 @@ class _Text:
         self.fields = [(s, _field_names(tok)) for s, _, tok in strings if "{" in tok and _is_f(tok)]
         self.field_starts = [s for s, _ in self.fields]
 
-    def names(self, calls_text: str, spans: list[tuple[int, int]]) -> set[str]:
-        """Names the code in `spans` may call (f-string fields included)."""
-        if len(spans) == 1:
-            a, b = spans[0]
-            out = _names(calls_text[a:b])
-        else:
-            out = _names("\n".join(calls_text[a:b] for a, b in spans))
+    def names(self, calls_text: str, reversed_text: str, spans: list[tuple[int, int]]) -> set[str]:
+        """Names the code in `spans` of `calls_text` may call (f-string fields included).
+        `reversed_text` is _backwards(calls_text), once per file: each span is read in it in
+        place (a name never crosses a span's edge: `_gaps` ends spans after a def or class
+        name, which the pattern leaves out), not sliced and reversed again."""
+        n = len(calls_text)
+        found: set[str] = set()
+        for a, b in spans:
+            found.update(_CALLS_REVERSED.findall(reversed_text, n - b, n - a))
+        out = _unreverse(found)
+        for a, b in spans:
+            if calls_text.find("@", a, b) >= 0:
+                out.update(_DECORATOR.findall(calls_text, a, b))
         if self.fields:
             for a, b in spans:
                 i = bisect_right(self.field_starts, a - 1)
@@ -421,10 +435,13 @@ def _header_end(masked: str, pos: int) -> int:
         pos = colon + 1
 
 
+def _unreverse(found: set[str]) -> set[str]:
+    """Reversed names turned back at once: joined, reversed, split (no Python step per name)."""
+    return set("\n".join(found)[::-1].split("\n")) if found else set()
+
+
 def _names(text: str) -> set[str]:
-    found = set(_CALLS_REVERSED.findall(text[::-1]))
-    # Every name turned back at once: joined, reversed, split (no Python step per name).
-    out = set("\n".join(found)[::-1].split("\n")) if found else set()
+    out = _unreverse(set(_CALLS_REVERSED.findall(_backwards(text))))
     if "@" in text:
         out.update(_DECORATOR.findall(text))
     return out
@@ -439,6 +456,7 @@ def _header_names(header: str) -> set[str]:
 
 def _facts(t: _Text, calls_text: str) -> ImportFacts:
     masked = t.masked
+    reversed_text = _backwards(calls_text)
     funcs: list[FunctionFacts] = []
     bodies: list[tuple[int, int]] = []
     cuts: list[tuple[int, int]] = []  # bodies and headers: not scanned as top-level code
@@ -466,9 +484,9 @@ def _facts(t: _Text, calls_text: str) -> ImportFacts:
             kind = OWN_BODY
         else:
             kind = CALL_TIME
-        calls = tuple(sorted(t.names(calls_text, [(colon, end)])))
+        calls = tuple(sorted(t.names(calls_text, reversed_text, [(colon, end)])))
         funcs.append(FunctionFacts(prefix + name, t.digest([(colon, end)]), kind, calls))
-    top |= t.names(calls_text, _gaps(cuts, len(masked)))
+    top |= t.names(calls_text, reversed_text, _gaps(cuts, len(masked)))
     funcs.sort()
     return ImportFacts(t.digest(_gaps(bodies, len(masked))), tuple(sorted(top)), tuple(funcs))
 
