@@ -86,6 +86,7 @@ _IMPORT_MODULE = re.compile(
 _OPEN = "([{"
 _CLOSE = ")]}"
 _BLANKS = bytes(10 if b == 10 else 32 for b in range(256))  # bytes.translate: line breaks kept, the rest blank
+_NOT_BRACKETS = bytes(b for b in range(256) if chr(b) not in _OPEN + _CLOSE)  # bytes.translate deletes these
 
 
 def _backwards(text: str) -> str:
@@ -104,8 +105,9 @@ class _Text:
         self.text = text
         self.masked = masked
         self.strings = strings  # (start, end, token) in order
-        self.starts = [s for s, _, _ in strings]
-        self.tokens = [tok for _, _, tok in strings]
+        columns = list(zip(*strings, strict=True)) or [(), (), ()]
+        self.starts: tuple[int, ...] = columns[0]
+        self.tokens: tuple[str, ...] = columns[2]
         # What the fields of f-strings call (masked away with the string).
         self.fields = [(s, _field_names(tok)) for s, _, tok in strings if "{" in tok and _is_f(tok)]
         self.field_starts = [s for s, _ in self.fields]
@@ -150,7 +152,7 @@ class _Text:
         is indented no deeper than `indent` and is not blank."""
         pattern = _DEDENT.get(indent)
         if pattern is None:
-            pattern = _DEDENT[indent] = re.compile(rf"\n[ ]{{0,{indent}}}(?=[^ \n])")
+            pattern = _DEDENT[indent] = re.compile(rf"\n[ ]{{0,{indent}}}+(?=[^ \n])")  # possessive: no retries
         pos = self.line_end(header_end)
         m = pattern.search(self.masked, pos - 1) if pos < len(self.masked) else None
         return m.start() + 1 if m else len(self.masked)
@@ -209,7 +211,8 @@ def _mask(text: str) -> _Text | None:
         masked = masked.replace("\\\n", "  ")  # a backslash in code only continues a line
         if "\\" in masked:
             return None
-    if any(masked.count(o) != masked.count(c) for o, c in zip(_OPEN, _CLOSE, strict=True)):
+    brackets = masked.encode().translate(None, _NOT_BRACKETS)  # the brackets alone (UTF-8 keeps ASCII bytes)
+    if any(brackets.count(o) != brackets.count(c) for o, c in zip(_OPEN.encode(), _CLOSE.encode(), strict=True)):
         return None
     return _Text(text, masked, strings)
 
@@ -354,15 +357,19 @@ def _string_refs(t: _Text, excluded: list[tuple[int, int]], refs: dict[Ref, None
     for start, end, tok in t.strings:
         if excluded and _inside(start, excluded):
             continue
-        head = tok[:3]
-        prefix = head[: len(head) - len(head.lstrip("rRbBuUfF"))]
+        if tok[0] in "'\"":  # no prefix (most strings)
+            prefix = ""
+        else:
+            head = tok[:3]
+            prefix = head[: len(head) - len(head.lstrip("rRbBuUfF"))]
         if len(tok) > 210 + len(prefix) or not ("f" in prefix or "F" in prefix or _PLAIN.fullmatch(tok, len(prefix))):
             run = []  # no name nor path can be in it, nor in a join with it
             last_end = end
             continue
         values = _string_value(tok, prefix)
-        for v in values:
-            _add_string(v, refs)
+        if "." in tok or "\\" in tok or prefix:  # else no value has a dot: only a join may name something
+            for v in values:
+                _add_string(v, refs)
         adjacent = last_end >= 0 and not masked[last_end:start].strip()
         if not adjacent:
             run = []
