@@ -399,7 +399,7 @@ def _parse_all(
     return parsed
 
 
-# Below these, starting processes costs more than it saves (serial: about 7 MB/s of source).
+# Below these, starting processes costs more than it saves (serial: about 13 MB/s of source).
 PARALLEL_MIN_FILES = 400
 PARALLEL_MIN_BYTES = 16 << 20
 _HARNESS_PARENT = str(Path(__file__).resolve().parents[2])  # the directory holding `testharness`

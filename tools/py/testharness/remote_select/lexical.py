@@ -114,17 +114,16 @@ class _Text:
 
     def names(self, calls_text: str, reversed_text: str, spans: list[tuple[int, int]]) -> set[str]:
         """Names the code in `spans` of `calls_text` may call (f-string fields included).
-        `reversed_text` is _backwards(calls_text), once per file: each span is read in it in
-        place (a name never crosses a span's edge: `_gaps` ends spans after a def or class
-        name, which the pattern leaves out), not sliced and reversed again."""
-        n = len(calls_text)
-        found: set[str] = set()
-        for a, b in spans:
-            found.update(_CALLS_REVERSED.findall(reversed_text, n - b, n - a))
-        out = _unreverse(found)
-        for a, b in spans:
+        One span (a function body) is read in place in `reversed_text`, _backwards(calls_text)
+        made once per file; many (the gaps between bodies) are joined and read in one go."""
+        if len(spans) == 1:
+            a, b = spans[0]
+            n = len(calls_text)
+            out = _unreverse(set(_CALLS_REVERSED.findall(reversed_text, n - b, n - a)))
             if calls_text.find("@", a, b) >= 0:
                 out.update(_DECORATOR.findall(calls_text, a, b))
+        else:
+            out = _names("\n".join(calls_text[a:b] for a, b in spans))
         if self.fields:
             for a, b in spans:
                 i = bisect_right(self.field_starts, a - 1)
