@@ -24,3 +24,7 @@ def _inner_runs_outside_the_outer_coverage(monkeypatch: pytest.MonkeyPatch) -> N
     """
     for name in ("COVERAGE_PROCESS_CONFIG", "COVERAGE_PROCESS_START"):
         monkeypatch.delenv(name, raising=False)
+
+
+# The Ray cluster that the `-n` tests' runs join (test_parallel*.py).
+from xdist_project import shared_head  # noqa: E402, F401

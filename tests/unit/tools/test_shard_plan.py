@@ -10,6 +10,7 @@ from testharness.shard_plan import (
     NO_HISTORY_SECONDS,
     ShardSpecError,
     format_plan,
+    longest_files_first,
     parse_shard_spec,
     plan_shards,
 )
@@ -127,3 +128,20 @@ def test_format_plan_lists_each_shard_and_marks_estimates() -> None:
     assert "shard 1/2: 1 tests, expected 2.0 s" in text
     assert "shard 2/2: 2 tests, expected 2.5 s  <- this shard" in text
     assert "t::new *" in text
+
+
+def test_files_go_longest_first_and_keep_their_tests_together_in_order() -> None:
+    tests = ["a.py::t1", "b.py::t1", "a.py::t2", "c.py::t1", "c.py::t2", "c.py::t3"]
+    # b is one long test; c has the most tests, short ones; a's t2 has no record (median: 2 s).
+    durations = {"a.py::t1": 1.0, "b.py::t1": 30.0, "c.py::t1": 2.0, "c.py::t2": 2.0, "c.py::t3": 2.0}
+    assert longest_files_first(tests, durations) == [
+        "b.py::t1",
+        "c.py::t1",
+        "c.py::t2",
+        "c.py::t3",
+        "a.py::t1",
+        "a.py::t2",
+    ]
+    # Without history every test counts the same: the most tests first (xdist's own order),
+    # ties by file name.
+    assert longest_files_first(tests, {}) == ["c.py::t1", "c.py::t2", "c.py::t3", "a.py::t1", "a.py::t2", "b.py::t1"]

@@ -21,8 +21,12 @@ Placement of what Ray does not see:
 Module and session fixtures are built once per worker: by default the controller
 distributes whole test files (`--dist loadfile`; pass `--dist` to choose), so a module
 fixture (a policy worker holding a GPU) lives on one worker and never waits on a copy of
-itself on another. Results, metrics, testmon and sharding under -n are the other plugins'
-business (the controller writes; workers send what they measured with their reports).
+itself on another. Files are handed out longest first by their tests' recorded durations
+(results history, as shards are planned; without it, by number of tests as xdist does): the
+longest file starts at once instead of being the run's tail. The workers order the files and
+run_first tests stay in front: a worker never waits at the barrier for a file still queued.
+Results, metrics, testmon and sharding under -n are the other plugins' business (the
+controller writes; workers send what they measured with their reports).
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from testharness.shard_plan import longest_files_first
 
 WORKERINPUT_KEY = "testharness_parallel"
 LEASE_TIMEOUT_ENV = "TESTHARNESS_GPU_LEASE_TIMEOUT_S"
@@ -98,6 +104,7 @@ class _Run:
     address: str = ""
     started_here: bool = False  # this process started the cluster (and stops it)
     gpus: int = 0
+    durations: dict[str, float] | None = None  # recorded ({}: none); None: xdist's order
 
 
 _RUN = pytest.StashKey[_Run]()
@@ -132,13 +139,32 @@ def pytest_configure(config: pytest.Config) -> None:
             config.option.dist = "loadfile"  # module fixtures once per file (see above)
         workers = int(config.getoption("numprocesses"))
         config.stash[_RUN] = _Run(workers, Path(tempfile.mkdtemp(prefix="testharness_xdist_")))
+        if config.getoption("dist") == "loadfile":
+            config.stash[_RUN].durations = _recorded_durations(config)
+            config.option.loadscopereorder = False  # keep the workers' order (below)
         config.pluginmanager.register(_Controller(config.stash[_RUN]), f"testharness-parallel-{id(config)}")
     elif _is_worker(config) and WORKERINPUT_KEY in config.workerinput:  # type: ignore[attr-defined]
         spec = config.workerinput[WORKERINPUT_KEY]  # type: ignore[attr-defined]
         config.pluginmanager.register(
-            _Worker(Path(spec["dir"]), int(spec["gpus"]), lease_timeout_s(dict(os.environ))),
+            _Worker(Path(spec["dir"]), int(spec["gpus"]), lease_timeout_s(dict(os.environ)), spec["durations"]),
             f"testharness-parallel-worker-{id(config)}",
         )
+
+
+def _recorded_durations(config: pytest.Config) -> dict[str, float]:
+    """Per test, its recorded duration in the results history ({} without history).
+
+    Read once, here, and sent to every worker: xdist aborts a run whose workers collected
+    different orders.
+    """
+    from testharness.history import load_history, recorded_durations, resolve_history_dir
+    from testharness.settings import SettingsError
+
+    try:
+        directory = resolve_history_dir(config.getoption("history_dir", None), config.rootpath)
+    except SettingsError:
+        return {}  # the settings' own check reports it
+    return recorded_durations(r for r in load_history(directory, last=20).runs if r.shard is None)
 
 
 def _default_start(workers: int) -> str:
@@ -175,11 +201,15 @@ class _Controller:
         os.environ["RAY_ADDRESS"] = address  # the workers (spawned next) inherit it
         _reassert_signal_handlers()
         where = "started" if run.started_here else "joined"
+        order = ""
+        if run.durations is not None:
+            order = ", longest first by their recorded durations" if run.durations else ", largest first (no history)"
         print(f"testharness: {run.workers} xdist workers share the Ray cluster {where} at {address} "
-              f"({run.gpus} GPU(s)); files are distributed with --dist {config.getoption('dist')}")  # fmt: skip
+              f"({run.gpus} GPU(s)); files are distributed with --dist {config.getoption('dist')}{order}")  # fmt: skip
 
     def pytest_configure_node(self, node: Any) -> None:  # xdist: what each worker receives
-        node.workerinput[WORKERINPUT_KEY] = {"dir": str(self.run.shared_dir), "gpus": self.run.gpus}
+        node.workerinput[WORKERINPUT_KEY] = {
+            "dir": str(self.run.shared_dir), "gpus": self.run.gpus, "durations": self.run.durations}  # fmt: skip
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         shutil.rmtree(self.run.shared_dir, ignore_errors=True)
@@ -205,7 +235,16 @@ class _Worker:
     shared_dir: Path
     gpus: int
     lease_timeout_s: float
+    durations: dict[str, float] | None
     run_first: list[str] = field(default_factory=list)
+
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        # Before selection's run_first order (trylast), which stays first.
+        if self.durations is not None:
+            position = {
+                nodeid: i for i, nodeid in enumerate(longest_files_first([i.nodeid for i in items], self.durations))
+            }
+            items.sort(key=lambda item: position[item.nodeid])
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.run_first = [i.nodeid for i in session.items if i.get_closest_marker("run_first")]

@@ -130,6 +130,21 @@ def plan_shards(tests: Sequence[str], durations: Mapping[str, float], count: int
     )
 
 
+def longest_files_first(tests: Sequence[str], durations: Mapping[str, float]) -> list[str]:
+    """`tests` (nodeids) grouped by file, the files longest expected first, each keeping its order.
+
+    For `-n` with whole files per worker (`--dist loadfile`): xdist hands files out in the
+    order given, so the longest file starts at once instead of last, where it would be the
+    run's tail. A test with no history counts as `default_duration`; ties go by file name.
+    """
+    default = default_duration(tests, durations)
+    files: dict[str, list[str]] = {}
+    for test in tests:
+        files.setdefault(test.split("::", 1)[0], []).append(test)
+    seconds = {name: sum(durations.get(t, default) for t in members) for name, members in files.items()}
+    return [t for name in sorted(files, key=lambda f: (-seconds[f], f)) for t in files[name]]
+
+
 def format_plan(plan: ShardPlan, *, highlight: int | None = None, list_tests: bool = True) -> list[str]:
     """Plain-text lines describing the plan (used by `--shard-plan` and the benchmark)."""
     n_tests = sum(len(s.tests) for s in plan.shards)

@@ -1,0 +1,151 @@
+"""`-n N`: marker configurations, -k, num_gpus skips, run_first and the order files are
+handed out in (real pytest-xdist, joining a Ray cluster a helper process holds).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+from xdist_project import (
+    Head,
+    env_for,
+    make_project,
+    outcomes_of,
+    run_pytest,
+)
+
+from testharness import parallel
+
+# --- selection under -n --------------------------------------------------------------------
+
+SELECTION_FILES = {
+    "tests/test_sel.py": textwrap.dedent("""
+        import pytest
+
+
+        def test_plain(): pass
+
+
+        @pytest.mark.hf_gated("someorg/not-cached-model")
+        def test_gated(): pass
+
+
+        @pytest.mark.mcore
+        def test_mcore(): pass
+
+
+        @pytest.mark.mcore
+        @pytest.mark.hf_gated("someorg/not-cached-model")
+        def test_mcore_gated(): pass
+
+
+        @pytest.mark.num_gpus(64)
+        def test_many_gpus(): pass
+    """),
+    # megatron.core only has to import for --mcore-only (the real one is an extra).
+    "fake_site/megatron/__init__.py": "",
+    "fake_site/megatron/core/__init__.py": "",
+}
+
+
+@pytest.mark.parametrize(
+    "flags, expected",
+    [
+        ([], {"test_plain": "passed", "test_many_gpus": "skipped"}),
+        (["--hf-gated"], {"test_plain": "passed", "test_gated": "skipped", "test_many_gpus": "skipped"}),
+        (["--mcore-only"], {"test_mcore": "passed"}),
+        (["--mcore-only", "--hf-gated"], {"test_mcore": "passed", "test_mcore_gated": "skipped"}),
+        (["--hf-gated", "-k", "gated or plain"], {"test_plain": "passed", "test_gated": "skipped"}),
+    ],
+    ids=["default", "hf-gated", "mcore-only", "mcore-only+hf-gated", "k"],
+)
+def test_marker_configurations_and_k(
+    tmp_path: Path, shared_head: Head, flags: list[str], expected: dict[str, str]
+) -> None:
+    root = make_project(tmp_path, SELECTION_FILES)
+    env = env_for(root, shared_head)
+    env["PYTHONPATH"] = f"{root / 'fake_site'}{os.pathsep}{env['PYTHONPATH']}"
+    proc = run_pytest(root, "-n", "2", *flags, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert outcomes_of(root) == expected
+    if "test_many_gpus" in expected:
+        assert re.search(r"needs 64 GPUs, \d+ available", proc.stdout), proc.stdout
+
+
+RUN_FIRST_FILES = {
+    "tests/test_a.py": textwrap.dedent("""
+        import time
+        import pytest
+
+
+        @pytest.mark.run_first
+        def test_first():
+            time.sleep(3)
+            open("first_done", "w").write(repr(time.time()))
+    """),
+    **{f"tests/test_{name}.py": f"import time\n\ndef test_{name}():\n    open('start_{name}', 'w').write(repr(time.time()))\n"
+       for name in ("b", "c", "d")},
+}  # fmt: skip
+
+
+def test_run_first_finishes_before_any_other_test_starts(tmp_path: Path, shared_head: Head) -> None:
+    root = make_project(tmp_path, RUN_FIRST_FILES)
+    proc = run_pytest(root, "-n", "2", env=env_for(root, shared_head))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    done = float((root / "first_done").read_text())
+    starts = [float((root / f"start_{n}").read_text()) for n in ("b", "c", "d")]
+    assert min(starts) >= done, (done, starts)
+
+
+def _stamp(name: str) -> str:
+    return f"\n\ndef test_{name}():\n    open('start_{name}', 'w').write(repr(time.perf_counter_ns()))\n"
+
+
+# xdist alone would start file a (most tests) first; b was by far the longest last time. The
+# run_first test is in c: its file must come before anything else, or the one worker would
+# wait at the barrier for a file still in its queue.
+ORDER_FILES = {
+    "tests/test_a.py": "import time" + "".join(_stamp(f"a{i}") for i in range(3)),
+    "tests/test_b.py": "import time" + _stamp("b"),
+    "tests/test_c.py": "import time\nimport pytest\n\n\n@pytest.mark.run_first" + _stamp("c_first") + _stamp("c_later"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("history", [True, False], ids=["history", "no-history"])
+def test_files_start_longest_first_and_run_first_stays_first(tmp_path: Path, shared_head: Head, history: bool) -> None:
+    root = make_project(tmp_path, ORDER_FILES)
+    if history:
+        tests = ["a::test_a0", "a::test_a1", "a::test_a2", "b::test_b", "c::test_c_first", "c::test_c_later"]
+        record = {
+            "exit_status": 0, "start_time": "2026-01-01 00:00:00", "metrics": {},
+            "tests": {f"tests/test_{t.replace('::', '.py::')}": {"outcome": "passed", "duration": 40.0 if t.startswith("b") else 1.0}
+                      for t in tests},
+        }  # fmt: skip
+        (root / "out" / "unit_results").mkdir(parents=True)
+        (root / "out" / "unit_results" / "20260101_000000.json").write_text(json.dumps(record))
+    proc = run_pytest(root, "-n", "1", env=env_for(root, shared_head), timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    order = sorted(
+        (int((root / f).read_text()), f.removeprefix("start_")) for f in os.listdir(root) if f.startswith("start_")
+    )
+    expected = (
+        ["c_first", "c_later", "b", "a0", "a1", "a2"] if history else ["c_first", "c_later", "a0", "a1", "a2", "b"]
+    )
+    assert [name for _, name in order] == expected, proc.stdout
+    how = "longest first by their recorded durations" if history else "largest first (no history)"
+    assert f"--dist loadfile, {how}" in proc.stdout
+
+
+def test_barrier_waits_for_every_marker(tmp_path: Path) -> None:
+    markers = [parallel.done_marker(tmp_path, n) for n in ("a::x", "b::y")]
+    assert markers[0] != markers[1]
+    assert parallel.wait_for_markers(markers, timeout_s=0.3, poll_s=0.05) == markers
+    markers[0].touch()
+    assert parallel.wait_for_markers(markers, timeout_s=0.3, poll_s=0.05) == markers[1:]
+    markers[1].touch()
+    assert parallel.wait_for_markers(markers, timeout_s=0) == []
