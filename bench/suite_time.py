@@ -175,11 +175,16 @@ def compare(a: dict[str, str], b: dict[str, str]) -> list[str]:
 # --- running -------------------------------------------------------------------------------
 
 
-def run_suite(label: str, use_uv: bool, python: str, extra: list[str], timeout: int, phases: bool) -> SuiteRun:
+def run_suite(
+    label: str, use_uv: bool, python: str, extra: list[str], timeout: int, phases: bool, history: Path | None = None
+) -> SuiteRun:
     ray_tmp = Path(tempfile.mkdtemp(prefix="ray_suite_", dir="/tmp"))  # short: Ray socket paths
     results_dir = Path(tempfile.mkdtemp(prefix="suite_results_"))
     probe_log = results_dir / "phases.jsonl"
     env = dict(os.environ, RAY_TMPDIR=str(ray_tmp), TESTHARNESS_RESULTS_DIR=str(results_dir))
+    if history is not None:  # durations recorded by earlier runs order the files under -n
+        history.mkdir(parents=True, exist_ok=True)
+        env["TESTHARNESS_HISTORY_DIR"] = str(history)
     path = [str(PROBE)] if phases else []
     if phases:
         env["PHASE_LOG"] = str(probe_log)
@@ -232,6 +237,9 @@ def run_suite(label: str, use_uv: bool, python: str, extra: list[str], timeout: 
     run.ray_lines = text.count(RAY_LINE)
     if phases:
         run.phases = phase_rows(read_probe(probe_log), durations, wall)
+    if history is not None:
+        for dated in (results_dir / "unit_results").glob("*.json"):
+            shutil.copy2(dated, history / dated.name)
     shutil.rmtree(results_dir, ignore_errors=True)
     shutil.rmtree(ray_tmp, ignore_errors=True)
     return run
@@ -315,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-docs", action="store_true", help="print only; do not touch docs/benchmarks.md")
     ap.add_argument("--section", default=SECTION, help=f"docs/benchmarks.md section to write (default {SECTION})")
     ap.add_argument("--md", type=Path, help="also write the section's text to this file")
+    ap.add_argument("--history-dir", type=Path, help="results history the runs read and add to (as a checkout "
+                    "keeps it: -n orders files by it); default: none, every run starts without")  # fmt: skip
     args = ap.parse_args(argv)
     if not args.no_uv and shutil.which("uv") is None:
         print("suite_time: uv not found; use --no-uv (and --python PATH)", file=sys.stderr)
@@ -326,7 +336,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     if not args.only_parallel:
         configs.append(("serial", extra, args.timeout))
-    runs = [run_suite(label, not args.no_uv, args.python, x, limit, not args.no_phases) for label, x, limit in configs]
+    runs = [
+        run_suite(label, not args.no_uv, args.python, x, limit, not args.no_phases, args.history_dir)
+        for label, x, limit in configs
+    ]
     agreement = compare(runs[0].tests, runs[1].tests) if len(runs) == 2 else None
     if args.no_uv:
         cmd_line = f"PYTHONPATH=.:tools/py {args.python} bench/suite_time.py --no-uv"
@@ -334,6 +347,9 @@ def main(argv: list[str] | None = None) -> int:
         cmd_line = "uv run --group test python bench/suite_time.py"
     if args.parallel:
         cmd_line += f" --parallel {args.parallel}" + (" --only-parallel" if args.only_parallel else "")
+    if args.history_dir:
+        history_runs = len(list(args.history_dir.glob("*.json"))) - len(runs)
+        cmd_line += f" --history-dir DIR ({history_runs} earlier run(s) there)"
     if extra:
         cmd_line += " -- " + " ".join(extra)
     gpu = "no GPU" not in machine()
