@@ -183,6 +183,18 @@ def test_tabs_in_strings_and_comments_are_read_in_code_they_go_to_ast() -> None:
     assert lexical.read(b"def f():\n    x = 1\t+ 2\n") is None  # in code: `ast`
 
 
+def test_relative_import_module_only_by_that_name() -> None:
+    parsed = _read(
+        """
+        import importlib
+        A = importlib.import_module(".a", package="p.q")
+        B = my_import_module(".b", package="p.q")
+        """
+    )
+    modules = {r.module for r in parsed.refs if isinstance(r, ImportRef)}
+    assert "p.q.a" in modules and "p.q.b" not in modules
+
+
 def test_ast_reference_matches_the_old_reader() -> None:
     src = b"import a\n\ndef f():\n    return g()\n"
     tree = ast.parse(src)

@@ -81,7 +81,7 @@ _CALLS_REVERSED = re.compile(r"\([ \n]*+(\w++)(?<![0-9])(?! +fed\b)(?! +ssalc\b)
 _TO_PAREN = str.maketrans(",)", "((")
 _DECORATOR = re.compile(r"@[ \n]*+(?:\w++[ \n]*+\.[ \n]*+)*+(\w++)")
 _IMPORT_MODULE = re.compile(
-    r"\bimport_module\s*\(\s*\"([^\"]*)\"\s*(?:,\s*(?:package\s*=\s*)?(?:\"([^\"]*)\"|(__package__)))?"
+    r"import_module\s*\(\s*\"([^\"]*)\"\s*(?:,\s*(?:package\s*=\s*)?(?:\"([^\"]*)\"|(__package__)))?"
 )
 _OPEN = "([{"
 _CLOSE = ")]}"
@@ -361,7 +361,8 @@ def _string_refs(t: _Text, excluded: list[tuple[int, int]], refs: dict[Ref, None
         else:
             head = tok[:3]
             prefix = head[: len(head) - len(head.lstrip("rRbBuUfF"))]
-        if len(tok) > 210 + len(prefix) or not ("f" in prefix or "F" in prefix or _PLAIN.fullmatch(tok, len(prefix))):
+        plain = " " not in tok and _PLAIN.fullmatch(tok, len(prefix))  # (a space: no need to ask `re`)
+        if len(tok) > 210 + len(prefix) or not ("f" in prefix or "F" in prefix or plain):
             run = []  # no name nor path can be in it, nor in a join with it
             last_end = end
             continue
@@ -389,8 +390,13 @@ def _relative_import_modules(t: _Text, refs: dict[Ref, None]) -> None:
     graph._relative_import_module (strings of either quote; code only)."""
     text = t.text.replace("'", '"')
     for m in _IMPORT_MODULE.finditer(text):
-        if not t.masked.startswith("import_module", m.start()):
-            continue  # in a comment or a string
+        # Not in a comment or a string, nor the end of a longer name (the pattern's `\b`, checked
+        # here: a pattern starting with `\b` makes `re` try every position).
+        start = m.start()
+        if not t.masked.startswith("import_module", start) or (
+            start and (text[start - 1].isalnum() or text[start - 1] == "_")
+        ):
+            continue
         name, package, own = m.group(1), m.group(2), m.group(3)
         if not name.startswith("."):
             continue
