@@ -227,9 +227,10 @@ transformers whole (plan and finish: 6.75 s), reading the files with lexical.py 
 the graph 0.4, encoding the parse cache 0.4, hashing 0.15; in its first 605 files,
 generation/utils.py (247 KB) went to `ast` for tabs in a docstring: 0.12 s (lexical.py: 0.01). Inside
 lexical.py the two largest costs were `re` trying every position: a named group around the
-comment branch of the token pattern hid its first characters from `re` (2.5x that pattern's time),
-and the called-names pattern started with one of three characters, which `re` tests one position
-at a time (a single literal character is found by a fast loop). What changed (issue 21):
+comment branch of the token pattern hid its first characters from `re` (2.5x that pattern's time;
+the `\\b` starting the import_module pattern did the same), and the called-names pattern started
+with one of three characters, which `re` tests one position at a time (a single literal character
+is found by a fast loop). What changed (issue 21):
 
 - lexical.py: the token pattern without the group; the reversed text for called names read with
   `,` and `)` as `(` (one literal first character), once per file, each function body in place;
