@@ -17,12 +17,13 @@ OUT="${OUT:-/tmp/gpu_out}"; WORK=/tmp/gpu_suite; mkdir -p "$OUT" "$WORK"
 export PYTHON=python3 PYTHONUNBUFFERED=1  # no HF_HUB_OFFLINE: the suite is offline by construction
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+export PATH="/tmp/site/bin:$PATH"  # console scripts of the wheels (py-spy for the hang dumps)
 
 if [[ "$MODE" == start ]]; then
     mapfile -t todo < <(python3 - "$WHEELS" <<'EOF'
 import importlib.metadata as md, pathlib, sys
 always = {"pytest", "pluggy", "iniconfig", "pytest_xdist", "execnet", "pytest_testmon",
-          "pytest_rerunfailures", "pytest_cov", "coverage", "ray", "testharness"}
+          "pytest_rerunfailures", "pytest_cov", "coverage", "ray", "testharness", "py_spy"}
 for wheel in sorted(pathlib.Path(sys.argv[1]).glob("*.whl")):
     name = wheel.name.split("-")[0].lower()
     try:

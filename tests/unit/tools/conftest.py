@@ -5,6 +5,8 @@ here, when this conftest is registered (pytest_configure is a historic hook: it 
 late conftests too, and pytester's options are then added with their defaults).
 """
 
+import os
+
 import pytest
 
 
@@ -14,16 +16,20 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _inner_runs_outside_the_outer_coverage(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Inner runs start as a user's would: not measured for the outer run's `--cov`.
+def _inner_runs_start_clean(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inner runs start as a user's would, not as part of this run.
 
-    Coverage's `patch = ["subprocess"]` (pyproject.toml) hands its configuration to every
-    Python subprocess, so each inner pytest, Ray worker and script of these tests would
-    start coverage of `nemo_rl`, which none of them runs: +0.3 s of CPU per process and a
-    data file each. A test about coverage passes its own `--cov` to the inner run.
+    - The harness's variables that run_unit.sh or a benchmark set for this run (results and
+      history directory, summary file, GPU count) would make every inner run write its
+      records into this run's history and read this run's durations.
+    - Coverage's `patch = ["subprocess"]` (pyproject.toml) hands its configuration to every
+      Python subprocess, so each inner pytest, Ray worker and script would start coverage of
+      `nemo_rl`, which none of them runs: +0.3 s of CPU per process and a data file each.
+    A test that needs one of them passes it to its inner run itself.
     """
-    for name in ("COVERAGE_PROCESS_CONFIG", "COVERAGE_PROCESS_START"):
-        monkeypatch.delenv(name, raising=False)
+    for name in list(os.environ):
+        if name.startswith("TESTHARNESS_") or name in ("COVERAGE_PROCESS_CONFIG", "COVERAGE_PROCESS_START"):
+            monkeypatch.delenv(name)
 
 
 # The Ray cluster that the `-n` tests' runs join (test_parallel*.py).

@@ -185,7 +185,6 @@ def make_project(tmp_path: Path) -> Path:
 def run_cli(tmp_path: Path, *args: str, monkeypatch: pytest.MonkeyPatch) -> int:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("COLUMNS", "200")  # keep rich from folding the table cells we grep
-    monkeypatch.delenv("TESTHARNESS_HISTORY_DIR", raising=False)
     return cli.main(["report", *args])
 
 

@@ -79,12 +79,9 @@ def test_shards_partition_the_suite_and_balance_by_duration(suite: pytest.Pytest
     assert shards[0] == ["test_slow.py::test_big"]
 
 
-def test_shards_run_one_after_another_in_one_checkout_partition_the_suite(
-    suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_shards_run_one_after_another_in_one_checkout_partition_the_suite(suite: pytest.Pytester) -> None:
     # Each shard records its (different) durations in the history the next shard reads:
     # shard runs must not re-balance the plan, or shards overlap and miss tests.
-    monkeypatch.delenv("TESTHARNESS_RESULTS_DIR", raising=False)  # set by bench/suite_time.py
     suite.makepyprojecttoml('[tool.testharness]\nresults_dir = "tests/unit"\ntest_roots = ["."]\n')
     ran: list[str] = []
     for i in (1, 2, 3):

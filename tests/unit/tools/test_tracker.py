@@ -133,10 +133,7 @@ def test_reruns_are_recorded_as_attempts(pytester: pytest.Pytester) -> None:
     assert doc["metrics"]["test_r::test_flaky"]["first"] is False  # the final attempt's metrics
 
 
-def test_results_go_to_the_configured_dir_only_for_the_test_roots(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delenv("TESTHARNESS_RESULTS_DIR", raising=False)
+def test_results_go_to_the_configured_dir_only_for_the_test_roots(pytester: pytest.Pytester) -> None:
     pytester.makepyprojecttoml(
         '[tool.testharness]\nresults_dir = "out"\ntest_roots = ["tests/unit"]\n'
         '[tool.pytest.ini_options]\ntestpaths = ["tests/unit"]\n'
