@@ -181,6 +181,8 @@ def test_tabs_in_strings_and_comments_are_read_in_code_they_go_to_ast() -> None:
     assert parsed is not None
     assert parsed.facts.funcs[0].calls == ("g",)
     assert lexical.read(b"def f():\n    x = 1\t+ 2\n") is None  # in code: `ast`
+    fields = lexical.read(b'def f():\n    return f"{a\t(b)}"\n')  # in an f-string's field: a blank
+    assert fields is not None and set(fields.facts.funcs[0].calls) >= {"a"}
 
 
 def test_relative_import_module_only_by_that_name() -> None:

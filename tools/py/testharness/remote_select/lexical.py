@@ -171,6 +171,8 @@ _FIELD = re.compile(r"\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}")  # a field, with fields 
 def _field_names(tok: str) -> set[str]:
     """Names called in an f-string's fields; its literal text is no code. Fields nested
     deeper than `_FIELD` reads: the whole string is scanned (a superset)."""
+    if "\t" in tok:  # a tab in a field is a blank there, as a space (the file reached here)
+        tok = tok.replace("\t", " ")
     fields = _FIELD.findall(tok)  # `{{x}}` (literal braces) reads as a field: a superset
     if "{" in _FIELD.sub("", tok):
         return _names(tok)
