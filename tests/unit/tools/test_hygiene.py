@@ -244,8 +244,11 @@ def _line_of(marker: str) -> int:
 def test_real_ray_a_leaked_actor_is_named_and_hung_actor_methods_fail_with_their_line(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A cluster of its own (its conftest sizes it), not the one an `-n` run shares.
+    # A cluster of its own (its conftest sizes it), not the one an `-n` run shares; and no
+    # GPU memory check: under `-n` on a GPU machine the other workers' tests use the GPU
+    # meanwhile (the leak check reads whole devices), and these scenarios use none.
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    pytester.makepyprojecttoml("[tool.testharness.hygiene]\ngpu_threshold_mib = 1e9\n")
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(helpers=HELPERS, test_scenarios=SCENARIOS)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rA", "--unit-results-dir", "out", timeout=840)
