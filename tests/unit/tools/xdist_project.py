@@ -106,6 +106,8 @@ ACTOR_FILES = {
     """),
     "tests/test_actor.py": textwrap.dedent("""
         import os
+
+        import psutil
         from mylib.worker import Doubler
 
 
@@ -115,6 +117,14 @@ ACTOR_FILES = {
             tracker.track("gcs", cluster.get_runtime_context().gcs_address)
             tracker.track("pid", os.getpid())
             tracker.log_max_mem("mem")
+            # A graceful exit runs the worker's atexit handlers (coverage saves its data
+            # there); the cluster's shutdown kills workers still running (a busy machine).
+            pid = cluster.get(actor.__ray_call__.remote(lambda self: os.getpid()))
+            actor.__ray_terminate__.remote()
+            try:
+                psutil.Process(pid).wait(timeout=120)
+            except psutil.NoSuchProcess:
+                pass
     """),
     "tests/test_local.py": textwrap.dedent("""
         import os
