@@ -83,6 +83,14 @@ def load_history(directory: Path, last: int | None = None) -> History:
     return history
 
 
+def planning_durations(runs: Iterable[Run]) -> dict[str, float]:
+    """`recorded_durations` of the unsharded runs: what shards and `-n`'s file order plan with.
+
+    A shard's run records only its part of the suite, in the order of that plan.
+    """
+    return recorded_durations(r for r in runs if r.shard is None)
+
+
 def recorded_durations(runs: Iterable[Run], window: int = 5) -> dict[str, float]:
     """Per nodeid, the median duration over its last `window` recorded runs.
 

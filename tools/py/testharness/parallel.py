@@ -157,14 +157,14 @@ def _recorded_durations(config: pytest.Config) -> dict[str, float]:
     Read once, here, and sent to every worker: xdist aborts a run whose workers collected
     different orders.
     """
-    from testharness.history import load_history, recorded_durations, resolve_history_dir
+    from testharness.history import load_history, planning_durations, resolve_history_dir
     from testharness.settings import SettingsError
 
     try:
         directory = resolve_history_dir(config.getoption("history_dir", None), config.rootpath)
     except SettingsError:
         return {}  # the settings' own check reports it
-    return recorded_durations(r for r in load_history(directory, last=20).runs if r.shard is None)
+    return planning_durations(load_history(directory, last=20).runs)
 
 
 def _default_start(workers: int) -> str:
@@ -241,9 +241,8 @@ class _Worker:
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         # Before selection's run_first order (trylast), which stays first.
         if self.durations is not None:
-            position = {
-                nodeid: i for i, nodeid in enumerate(longest_files_first([i.nodeid for i in items], self.durations))
-            }
+            order = longest_files_first([item.nodeid for item in items], self.durations)
+            position = {nodeid: i for i, nodeid in enumerate(order)}
             items.sort(key=lambda item: position[item.nodeid])
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:

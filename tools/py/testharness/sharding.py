@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from testharness.history import HISTORY_ENV, History, load_history, recorded_durations, resolve_history_dir
+from testharness.history import HISTORY_ENV, History, load_history, planning_durations, resolve_history_dir
 from testharness.shard_plan import ShardPlan, ShardSpecError, format_plan, parse_shard_spec, plan_shards
 
 
@@ -82,7 +82,7 @@ def pytest_collection_modifyitems(
     state.selected = len(nodeids)
     # Shard runs do not re-balance: run one after another in one checkout, shard 2 would
     # otherwise plan with the durations shard 1 just recorded and overlap it.
-    state.plan = plan_shards(nodeids, recorded_durations(r for r in state.history.runs if r.shard is None), state.count)
+    state.plan = plan_shards(nodeids, planning_durations(state.history.runs), state.count)
     if state.plan_only:
         return  # keep the items: pytest_runtestloop prints the plan instead of running them
     mine = set(state.plan.shards[state.index - 1].tests)
