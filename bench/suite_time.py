@@ -53,6 +53,9 @@ FINAL_RE = re.compile(r"^=+ (.*) in ([0-9.]+)s(?: \([0-9:]+\))? =+$")
 RAY_LINE = "Started a local Ray instance"
 PROBE = Path(__file__).resolve().parent / "phase_probe"
 TOOLS_TESTS = "tests/unit/tools/"  # the harness's own (pytester) tests
+SUITE_TESTS = "tests/unit/"  # the run's own tests (nested runs' tests have other node ids)
+TEST_PHASE = "test (setup to teardown)"  # phase_probe's per-test record: the timeline
+TIMELINE_HEADER = ["test", "process", "start", "end", "took"]
 
 
 @dataclass
@@ -69,6 +72,7 @@ class SuiteRun:
     load: tuple[float, float] = (0.0, 0.0)  # 1-minute load average before, after
     tests: dict[str, str] = field(default_factory=dict)  # node id -> outcome
     phases: list[list[object]] = field(default_factory=list)
+    timeline: list[list[object]] = field(default_factory=list)
 
 
 def parse_output(text: str) -> tuple[float | None, str, list[tuple[float, str, str]]]:
@@ -136,6 +140,8 @@ def phase_rows(
     per-phase durations (the harness's own pytester tests apart from the library's tests)."""
     by_phase: dict[str, list[tuple[float, float]]] = {}
     for rec in probe_lines:
+        if rec["phase"] == TEST_PHASE:
+            continue  # the timeline's
         by_phase.setdefault(str(rec["phase"]), []).append((float(rec["start"]), float(rec["end"])))
     rows: list[list[object]] = []
     for phase, spans in sorted(by_phase.items(), key=lambda kv: -sum(b - a for a, b in kv[1])):
@@ -148,6 +154,20 @@ def phase_rows(
             if picked:
                 rows.append([f"pytest {when}: {label}", len(picked), f"{sum(picked):.1f}", "", ""])
     return rows
+
+
+def timeline_rows(
+    probe_lines: list[dict[str, Any]], t0: float, last: int = 10, min_s: float = 3.0
+) -> list[list[object]]:
+    """When the run's tests ran, in seconds from its start: the library's tests of `min_s` or
+    more (the GPU chain on a GPU machine) and the `last` tests to end (the run's tail), by
+    start time. [test, process, start, end, took]."""
+    spans = [r for r in probe_lines if r["phase"] == TEST_PHASE and str(r.get("what", "")).startswith(SUITE_TESTS)]
+    tail = sorted(spans, key=lambda r: -float(r["end"]))[:last]
+    library = [r for r in spans if not str(r["what"]).startswith(TOOLS_TESTS) and r["end"] - r["start"] >= min_s]
+    picked = {id(r): r for r in [*tail, *library]}
+    return [[r["what"], r["pid"], f"{r['start'] - t0:.1f}", f"{r['end'] - t0:.1f}", f"{r['end'] - r['start']:.1f}"]
+            for r in sorted(picked.values(), key=lambda r: float(r["start"]))]  # fmt: skip
 
 
 def read_probe(path: Path) -> list[dict[str, Any]]:
@@ -200,6 +220,7 @@ def run_suite(
     print(f"suite_time: [{label}] " + " ".join(cmd), flush=True)
     lines: list[str] = []
     load_before = os.getloadavg()[0]
+    began = time.time()  # the probe's clock
     t0 = time.perf_counter()
     # A session of its own, so a run past its time (a hang keeps stdout open) is stopped whole.
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -236,7 +257,9 @@ def run_suite(
     run.ray_sessions = count_ray_sessions(ray_tmp)
     run.ray_lines = text.count(RAY_LINE)
     if phases:
-        run.phases = phase_rows(read_probe(probe_log), durations, wall)
+        probe = read_probe(probe_log)
+        run.phases = phase_rows(probe, durations, wall)
+        run.timeline = timeline_rows(probe, began)
     if history is not None:
         for dated in (results_dir / "unit_results").glob("*.json"):
             shutil.copy2(dated, history / dated.name)
@@ -301,6 +324,10 @@ def render(
         if r.phases:
             body += [f"Phases, {r.label} (wall {r.wall_s:.0f} s):", "",
                      md_table(["phase", "calls", "summed", "wall covered", "% of wall"], r.phases), ""]  # fmt: skip
+        if r.timeline:
+            body += [f"Timeline, {r.label}: library tests of 3 s or more and the last 10 to end (s from the start):",
+                     "",
+                     md_table(TIMELINE_HEADER, r.timeline), ""]  # fmt: skip
     body += ["Slowest 15 test phases of the first run:", "",
              md_table(["time", "phase", "test"], [[f"{s:.2f} s", w, n] for s, w, n in runs[0].slowest])]  # fmt: skip
     return "\n".join(body) + "\n", summary_rows
@@ -358,6 +385,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in runs:
         if r.phases:
             print_table(f"Phases, {r.label}", ["phase", "calls", "summed", "wall covered", "% of wall"], r.phases)
+        if r.timeline:
+            print_table(f"Timeline, {r.label}", TIMELINE_HEADER, r.timeline)
     if agreement is not None:
         print("suite_time: results files agree (same tests, same outcomes)" if not agreement
               else "suite_time: results files differ:\n  " + "\n  ".join(agreement))  # fmt: skip

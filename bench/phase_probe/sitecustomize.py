@@ -5,7 +5,8 @@ its xdist workers, Ray workers, the tests' own subprocesses) then appends one JS
 timed call to FILE: {"phase", "start", "end", "pid"}. Timed: Ray start/join (ray.init), CUDA
 context creation (torch.cuda's lazy init), torch.distributed start (init_process_group;
 NCCL or gloo), model load (from_pretrained), worker-group start and shutdown (the driver's
-wait for the actors), and the life of every nested pytest process (pytester subprocesses).
+wait for the actors), the life of every nested pytest process (pytester subprocesses), and
+every test's protocol with its node id ("what": the run's timeline).
 Nothing is changed but the timing; another sitecustomize on the path is still run.
 """
 
@@ -25,8 +26,11 @@ from typing import Any
 LOG = os.environ.get("PHASE_LOG", "")
 
 
-def _record(phase: str, start: float, end: float) -> None:
-    line = json.dumps({"phase": phase, "start": start, "end": end, "pid": os.getpid()}) + "\n"
+def _record(phase: str, start: float, end: float, what: str = "") -> None:
+    rec = {"phase": phase, "start": start, "end": end, "pid": os.getpid()}
+    if what:
+        rec["what"] = what
+    line = json.dumps(rec) + "\n"
     fd = os.open(LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line.encode())  # one short O_APPEND write: lines from many processes never mix
@@ -68,13 +72,30 @@ def _after_import(module: Any) -> None:
             sys.modules["torch.distributed"].init_process_group = module.init_process_group
     elif name == "transformers.modeling_utils":
         _patch_method(module.PreTrainedModel, "from_pretrained", "model load (from_pretrained)")
+    elif name == "_pytest.runner":
+        module.runtestprotocol = _timed_test(module.runtestprotocol)
     elif name == "nemo_rl.distributed.worker_group":
         _patch_method(module.RayWorkerGroup, "__init__", "actor spawn until ready (worker group)")
         _patch_method(module.RayWorkerGroup, "shutdown", "actor teardown (worker group)")
 
 
+def _timed_test(fn: Any) -> Any:
+    """Each test's whole protocol (setup, call, teardown), with its node id: the timeline."""
+
+    @functools.wraps(fn)
+    def wrapper(item: Any, *args: Any, **kwargs: Any) -> Any:
+        t0 = time.time()
+        try:
+            return fn(item, *args, **kwargs)
+        finally:
+            _record(TEST_PHASE, t0, time.time(), item.nodeid)
+
+    return wrapper
+
+
+TEST_PHASE = "test (setup to teardown)"
 TARGETS = {"ray", "torch.cuda", "torch.distributed.distributed_c10d", "transformers.modeling_utils",
-           "nemo_rl.distributed.worker_group"}  # fmt: skip
+           "nemo_rl.distributed.worker_group", "_pytest.runner"}  # fmt: skip
 
 
 class _Finder(importlib.abc.MetaPathFinder):

@@ -57,10 +57,13 @@ class RayVirtualCluster:
         remove_placement_group(self.placement_group)
 
 
+def auto_gpus_per_worker(num_workers: int) -> float:
+    """What `gpus_per_worker: auto` means for a group of `num_workers`: one GPU each when the
+    Ray cluster has a GPU for every worker, else none (the group runs on the CPU)."""
+    return 1.0 if ray.cluster_resources().get("GPU", 0) >= num_workers else 0.0
+
+
 def cluster_from_config(num_workers: int, gpus_per_worker: str | float) -> RayVirtualCluster:
-    """`gpus_per_worker: auto` means one GPU per worker when the Ray cluster has GPUs, else CPU."""
-    if gpus_per_worker == "auto":
-        gpus = 1.0 if ray.cluster_resources().get("GPU", 0) >= num_workers else 0.0
-    else:
-        gpus = float(gpus_per_worker)
+    """`gpus_per_worker: auto`: see auto_gpus_per_worker."""
+    gpus = auto_gpus_per_worker(num_workers) if gpus_per_worker == "auto" else float(gpus_per_worker)
     return RayVirtualCluster(num_workers, gpus_per_worker=gpus, cpus_per_worker=1.0 if gpus else 0.5)

@@ -289,6 +289,7 @@ def test_real_ray_a_leaked_actor_is_named_and_hung_actor_methods_fail_with_their
 
 @pytest.mark.skipif(gpu.local_gpu_count() == 0, reason="needs a GPU (NVML sees none); run it on a GPU machine")
 @pytest.mark.timeout(600)
+@pytest.mark.uses_cuda  # CUDA in its child; under -n no other test's actor changes the memory it reads
 def test_a_test_that_leaks_gpu_memory_is_named(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         test_gpu="""

@@ -151,6 +151,7 @@ def test_without_gpus_uses_cuda_holds_nothing(tmp_path: Path, shared_head: Head)
 @pytest.mark.skipif(
     not Path("/dev/nvidiactl").exists(), reason="needs an NVIDIA GPU (checks a real CUDA context under the lease)"
 )
+@pytest.mark.uses_cuda  # its nested run's CUDA is outside this run's cluster too
 def test_a_real_cuda_test_holds_the_gpus_it_sees(tmp_path: Path) -> None:
     root = make_project(
         tmp_path,

@@ -10,32 +10,17 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+from selection_project import MAP_FILE, PLUGIN, PYPROJECT, STATE_FILE, Project
 
 from testharness.remote_select import store
 
 pytest_plugins = ["pytester"]
-
-PLUGIN = "testharness.remote_select.plugin"
-
-MAP_FILE, STATE_FILE = ".sel_map.json", ".sel_state.json"  # [tool.testharness] remote_*_file below
-PYPROJECT = f"""
-[tool.testharness]
-source_packages = ["mylib"]
-test_roots = ["tests"]
-remote_map_file = "{MAP_FILE}"
-remote_state_file = "{STATE_FILE}"
-
-[tool.pytest.ini_options]
-testpaths = ["tests"]
-"""
 
 FILES = {
     "mylib/__init__.py": "",
@@ -162,44 +147,6 @@ ALL = REMOTE | {
     "tests/test_pkg.py::test_helper",
     "tests/test_string.py::test_launch",
 }
-_LINE = re.compile(r"^(tests/\S+::\S+) (PASSED|FAILED|ERROR|SKIPPED)")
-
-
-class Project:
-    def __init__(self, path: Path, pytester: pytest.Pytester):
-        self.path = path
-        self.pytester = pytester
-
-    def write(self, rel: str, text: str) -> None:
-        target = self.path / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(textwrap.dedent(text).lstrip("\n"))
-
-    def edit(self, rel: str, old: str, new: str) -> None:
-        target = self.path / rel
-        text = target.read_text()
-        assert old in text, (rel, old)
-        target.write_text(text.replace(old, new))
-
-    def run(self, *args: str, plugin: bool = True, cwd: Path | None = None) -> tuple[pytest.RunResult, dict[str, str]]:
-        """Run pytest --testmon in a subprocess; return the result and {nodeid: outcome}."""
-        # The harness's entry point loads the plugin anyway: `-p no:` is testmon alone.
-        cmd = [sys.executable, "-m", "pytest", "--testmon", "-v", "-p", PLUGIN if plugin else f"no:{PLUGIN}"]
-        old = os.getcwd()
-        os.chdir(cwd or self.path)
-        try:
-            result = self.pytester.run(*cmd, *args, timeout=120)
-        finally:
-            os.chdir(old)
-        ran = {}
-        for line in result.outlines:
-            m = _LINE.match(line)
-            if m:
-                ran[m.group(1)] = m.group(2)
-        return result, ran
-
-    def header(self, result: pytest.RunResult) -> list[str]:
-        return [line for line in result.outlines if line.startswith("remote-select")]
 
 
 @pytest.fixture
@@ -533,118 +480,3 @@ def test_does_nothing_without_testmon(project: Project) -> None:
     result.assert_outcomes(passed=len(ALL))
     assert not list(project.path.glob(".*state*.json"))
     assert "remote-select" not in result.stdout.str()
-
-
-# -- precision: the run-time reach record, with real Ray actors ----------------------------
-RAY_FILES = {
-    "mylib/__init__.py": "",
-    "mylib/helper.py": """
-        SCALE = 2
-
-
-        def scale(x):
-            return x * SCALE
-    """,
-    "mylib/worker.py": """
-        from mylib.helper import scale
-
-
-        class Doubler:
-            def run(self, x):
-                return scale(x)
-
-
-        def describe():
-            return "doubler"
-    """,
-    "mylib/unrelated.py": """
-        def tag():
-            return "t"
-    """,
-    "tests/conftest.py": """
-        import pytest
-
-
-        @pytest.fixture(scope="session")
-        def ray_session():
-            import ray
-
-            ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
-            yield
-            ray.shutdown()
-    """,
-    "tests/test_actor.py": """
-        import pytest
-        import ray
-
-        from mylib import unrelated  # noqa: F401  (in the static closure, never sent to a worker)
-        from mylib.worker import Doubler
-
-
-        @pytest.fixture(scope="module")
-        def doubler(ray_session):
-            return ray.remote(Doubler).remote()
-
-
-        def test_run(doubler):
-            assert ray.get(doubler.run.remote(3)) == 6
-    """,
-    "tests/test_describe.py": """
-        from mylib.worker import describe
-
-
-        def test_describe():
-            assert describe() == "doubler"
-    """,
-}
-RUN, DESCRIBE = "tests/test_actor.py::test_run", "tests/test_describe.py::test_describe"
-
-
-def test_reach_record_selects_the_tests_that_sent_the_code_to_a_ray_worker(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(pytester.path), os.environ.get("PYTHONPATH", "")]))
-    monkeypatch.setenv("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")  # workers use this interpreter
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)  # a cluster of its own
-    pytester.makefile(".toml", pyproject=PYPROJECT)
-    proj = Project(pytester.path, pytester)
-    for rel, text in RAY_FILES.items():
-        proj.write(rel, text)
-    result, ran = proj.run()
-    assert ran == {RUN: "PASSED", DESCRIBE: "PASSED"}, result.stdout.str()
-    state = json.loads((proj.path / STATE_FILE).read_text())
-    reach = {n: [e.partition("#")[0] for e in state["reach_lists"][rid]] for n, rid in state["reach"].items()}
-    # The actor was created by a module fixture and started with ray.init (Ray's own
-    # processes do not make the test opaque); its worker reported the functions it ran (what
-    # its imports ran is left to the import digests of the actor module's closure, "@...");
-    # test_describe sent nothing anywhere. Python 3.12+ (sys.monitoring) also sees the worker
-    # run the modules' bodies as it imports them ("::<module>": import-time code, so only
-    # import digests count for it); the 3.11 profiler pauses during imports.
-    expected = ["@mylib/worker.py", "mylib/helper.py::scale", "mylib/worker.py::Doubler.run"]
-    if sys.version_info >= (3, 12):
-        expected += [f"mylib/{name}.py::<module>" for name in ("__init__", "helper", "worker")]
-    assert reach == {RUN: sorted(expected), DESCRIBE: []}
-
-    # A body edit in code that runs only in the actor: testmon alone misses it; the reach
-    # adds exactly the test that sent the worker (test_describe's static closure has it too).
-    proj.edit("mylib/helper.py", "return x * SCALE", "return SCALE * x")
-    _, ran = proj.run(plugin=False)
-    assert ran == {}
-    result, ran = proj.run()
-    assert ran == {RUN: "PASSED"}, result.stdout.str()
-
-    # A body edit in the actor's module, in a function the actor never ran: only the test
-    # that runs it in the pytest process (testmon's choice).
-    proj.edit("mylib/worker.py", 'return "doubler"', 'return "doub" + "ler"')
-    result, ran = proj.run()
-    assert ran == {DESCRIBE: "PASSED"}, result.stdout.str()
-
-    # A body edit in a module the test imports but never sent to a worker: nothing runs.
-    proj.edit("mylib/unrelated.py", 'return "t"', 'return "u"')
-    result, ran = proj.run()
-    assert ran == {}, result.stdout.str()
-
-    # Import-time code (a module constant) counts for every test whose imports reach it.
-    proj.edit("mylib/helper.py", "SCALE = 2", "SCALE = 3")
-    result, ran = proj.run()
-    assert ran == {RUN: "FAILED", DESCRIBE: "PASSED"}, result.stdout.str()

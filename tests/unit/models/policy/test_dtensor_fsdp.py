@@ -9,7 +9,7 @@ from transformers import AutoTokenizer
 from nemo_rl.algorithms.loss_functions import NLLLoss
 from nemo_rl.data.datasets import load_chat_dataset
 from nemo_rl.data.tokenize import sft_batch
-from nemo_rl.distributed.virtual_cluster import cluster_from_config
+from nemo_rl.distributed.virtual_cluster import auto_gpus_per_worker, cluster_from_config
 from nemo_rl.models.policy.policy import Policy
 from tests.unit.policy_helpers import policy_config
 
@@ -22,10 +22,13 @@ def batch(tiny_llama: str, test_assets):
 
 @pytest.mark.parametrize("workers", [2])
 def test_fsdp2_matches_a_single_worker(ray_cluster, tiny_llama: str, batch, workers: int, tracker) -> None:
-    """Same data, same init: the sharded group reports the same losses as one worker."""
+    """Same data, same init, same device: the sharded group reports the same losses as one
+    worker. Both run where the group can (GPUs when there is one per worker, else the CPU),
+    so only the sharding differs; on a one-GPU machine neither holds the GPU under -n."""
+    gpus = auto_gpus_per_worker(workers)
     results = {}
     for n in (1, workers):
-        p = Policy(policy_config(tiny_llama, precision="float32"), cluster_from_config(n, "auto"))
+        p = Policy(policy_config(tiny_llama, precision="float32"), cluster_from_config(n, gpus))
         try:
             results[n] = [p.train(batch, NLLLoss())["loss"] for _ in range(2)]
         finally:
