@@ -8,10 +8,13 @@
 # Which tests ran, and how, is read from the tracker's tests/unit/unit_results.json.
 #   bash .ci/testmon_walk.sh      (after `uv sync --group test` and the test assets)
 #   PYTEST_CMD="python3 -m pytest" bash .ci/testmon_walk.sh     (a machine without uv)
-# WALK_TESTS: the test paths (default tests/unit); WALK_LOGS: where each step's output goes.
+# WALK_TESTS: the test paths (default tests/unit); WALK_LOGS: where each step's output goes;
+# WALK_SEED_ARGS: more arguments for the seed only (e.g. "-n 2": the state an -n run records
+# serves the serial runs after it).
 set -euo pipefail
 read -r -a PYTEST <<<"${PYTEST_CMD:-uv run --group test pytest}"
 read -r -a TESTS <<<"${WALK_TESTS:-tests/unit}"
+read -r -a SEED_ARGS <<<"${WALK_SEED_ARGS:-}"
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 WORK=$(mktemp -d /tmp/testmon_walk.XXXXXX)
 RAYDIRS=$(mktemp -d /tmp/twray.XXXX)  # short: Ray's socket paths must stay under ~107 characters
@@ -40,14 +43,15 @@ cp "$TARGET" "$ORIG"
 
 fail() { echo "testmon walk: FAIL: $*" >&2; exit 1; }
 
-# walk STEP EXPECTED_RC OUTCOME: the README command, then checks. OUTCOME: none (nothing ran),
-# all (the seed), passed or failed (exactly the EXPECTED tests ran, with that outcome).
+# walk STEP EXPECTED_RC OUTCOME [ARGS]: the README command, then checks. OUTCOME: none (nothing
+# ran), all (the seed), passed or failed (exactly the EXPECTED tests ran, with that outcome).
 walk() {
   local step=$1 want_rc=$2 want_outcome=$3 rc=0
+  local args=("${@:4}")
   export RAY_TMPDIR="$RAYDIRS/$step"  # fresh: a Ray session directory there means a cluster started
   mkdir -p "$RAY_TMPDIR"
   local t0=$SECONDS
-  "${PYTEST[@]}" --testmon "${TESTS[@]}" >"$LOGS/$step.log" 2>&1 || rc=$?
+  "${PYTEST[@]}" --testmon "${args[@]}" "${TESTS[@]}" >"$LOGS/$step.log" 2>&1 || rc=$?
   local ran
   ran=$(jq -r '.tests | to_entries[] | "\(.key) \(.value.outcome)"' tests/unit/unit_results.json | sort)
   printf '%-22s rc=%s  %3s s  %s test(s) ran  | %s\n' "$step" "$rc" $((SECONDS - t0)) \
@@ -78,7 +82,7 @@ edit() {
 }
 
 echo "testmon walk in $WORK (edits $TARGET: generate)"
-walk seed 0 all
+walk seed 0 all "${SEED_ARGS[@]}"
 walk no-change 0 none  # testmon exits 0 when it deselected everything
 edit "        cfg = dict(cfg)  # a copy: same behaviour"
 walk same-behaviour-edit 0 passed
