@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -279,12 +280,19 @@ def _harness_installed() -> bool:
         return False
 
 
+def _console_script() -> str:
+    """Where the environment puts the harness's console script: beside the interpreter (a
+    virtual environment), else on PATH (e.g. `pip install --target DIR`, DIR/bin on PATH)."""
+    beside = Path(sys.executable).with_name("testharness")
+    return str(beside) if beside.exists() else (shutil.which("testharness") or str(beside))
+
+
 @pytest.mark.parametrize(
     "argv",
     [
         [sys.executable, "-m", "testharness", "report"],
         [sys.executable, "-m", "testharness.report"],
-        [str(Path(sys.executable).with_name("testharness")), "report"],
+        [_console_script(), "report"],
     ],
     ids=["python-m", "python-m-report", "console-script"],
 )
