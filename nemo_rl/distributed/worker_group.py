@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import importlib
 import os
+import random
+import re
 import socket
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -39,13 +42,49 @@ def resolve_class(spec: str | type) -> type:
     return getattr(importlib.import_module(module_name), class_name)  # type: ignore[no-any-return]
 
 
+# Rank 0 listens on MASTER_PORT seconds after the port is chosen (its process must start
+# first). A port of the kernel's ephemeral range may become another socket's meanwhile: any
+# outgoing connection or bind to port 0 gets one, and Ray makes many. So the port is chosen
+# above Ray's worker ports (10002-19999 by default) and below that range; a choice that still
+# loses the race (rank 0 fails with EADDRINUSE) starts the group again on another port.
+RENDEZVOUS_MIN_PORT = 20000
+PORT_ATTEMPTS = 3
+_PORT_TAKEN = re.compile(r"EADDRINUSE|address already in use", re.IGNORECASE)
+
+
+def rendezvous_ports(ephemeral: tuple[int, int] | None) -> range | None:
+    """Ports to choose MASTER_PORT from, given the kernel's ephemeral range (None: unknown,
+    Linux's default assumed); None when no port lies between Ray's and that range."""
+    low = ephemeral[0] if ephemeral else 32768
+    return range(RENDEZVOUS_MIN_PORT, low) if low > RENDEZVOUS_MIN_PORT else None
+
+
+def _ephemeral_range() -> tuple[int, int] | None:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return None
+
+
+def free_port(ports: range | None, tries: int = 64) -> int:
+    """A port of `ports` that nothing on this host is bound to now (the kernel's choice when
+    `ports` is None or all those tried are taken)."""
+    candidates = random.sample(ports, min(tries, len(ports))) if ports else []
+    for port in [*candidates, 0]:
+        with socket.socket() as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
+    raise OSError("no free port")  # unreachable: port 0 always binds
+
+
 @ray.remote(num_cpus=0)
 def _rendezvous_address() -> tuple[str, int]:
-    """A free port on the node that will host rank 0."""
-    with socket.socket() as s:
-        s.bind(("", 0))
-        port = s.getsockname()[1]
-    return ray.util.get_node_ip_address(), int(port)
+    """A free port on the node that will host rank 0 (see RENDEZVOUS_MIN_PORT)."""
+    return ray.util.get_node_ip_address(), free_port(rendezvous_ports(_ephemeral_range()))
 
 
 def _where(_actor: object) -> tuple[str, int]:
@@ -143,7 +182,18 @@ class RayWorkerGroup:
     ) -> None:
         self.cluster = cluster
         cls = resolve_class(actor_class)
-        pg = cluster.placement_group
+        self.workers: list[Any] = []
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            try:
+                self._start(cls, args, kwargs, env_vars)
+                return
+            except Exception as exc:
+                if attempt == PORT_ATTEMPTS or not _PORT_TAKEN.search(str(exc)):
+                    raise
+
+    def _start(self, cls: type, args: tuple[Any, ...], kwargs: dict[str, Any], env_vars: dict[str, str] | None) -> None:
+        """Choose rank 0's port, start one actor per bundle, wait until all are ready."""
+        pg = self.cluster.placement_group
         timeout = ray_wait_timeout_s()
         address_ref = _rendezvous_address.options(
             scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0)
@@ -156,7 +206,7 @@ class RayWorkerGroup:
                 f"task _rendezvous_address (picks rank 0's port) did not run within {timeout:g} s "
                 f"(free now: {_free_resources()}); set {WAIT_TIMEOUT_ENV} to wait longer"
             ) from None
-        world = cluster.num_workers
+        world = self.cluster.num_workers
         base_env = {k: os.environ[k] for k in _FORWARDED_ENV if k in os.environ}
         base_env.update(env_vars or {})
         remote_cls: Any = ray.remote(cls)
@@ -172,8 +222,8 @@ class RayWorkerGroup:
             )
             self.workers.append(
                 remote_cls.options(
-                    num_cpus=cluster.cpus_per_worker,
-                    num_gpus=cluster.gpus_per_worker,
+                    num_cpus=self.cluster.cpus_per_worker,
+                    num_gpus=self.cluster.gpus_per_worker,
                     scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=rank),
                     runtime_env={"env_vars": env},
                 ).remote(*args, **kwargs)

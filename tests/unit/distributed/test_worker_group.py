@@ -1,5 +1,7 @@
 import os
+import socket
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -8,7 +10,13 @@ from ray.util import placement_group_table
 
 from nemo_rl.distributed.ray_cluster import WAIT_TIMEOUT_ENV, RayWaitTimeout, ray_wait_timeout_s
 from nemo_rl.distributed.virtual_cluster import ClusterTooSmall, RayVirtualCluster
-from nemo_rl.distributed.worker_group import RayWorkerGroup, init_distributed
+from nemo_rl.distributed.worker_group import (
+    RENDEZVOUS_MIN_PORT,
+    RayWorkerGroup,
+    free_port,
+    init_distributed,
+    rendezvous_ports,
+)
 
 
 class AllReduceWorker:
@@ -95,6 +103,42 @@ def test_a_constructor_error_is_raised_at_once_not_after_the_wait(ray_cluster) -
     finally:
         cluster.shutdown()
     assert time.monotonic() - began < ray_wait_timeout_s() / 2
+
+
+def test_rank_0_port_is_chosen_between_rays_ports_and_the_ephemeral_range() -> None:
+    assert rendezvous_ports((32768, 60999)) == range(RENDEZVOUS_MIN_PORT, 32768)
+    assert rendezvous_ports(None) == range(RENDEZVOUS_MIN_PORT, 32768)  # unknown: Linux's default
+    assert rendezvous_ports((1024, 65535)) is None  # no room: the kernel chooses
+    with socket.socket() as held:  # a taken port is not chosen; with none left, the kernel's
+        held.bind(("", free_port(rendezvous_ports((32768, 60999)))))
+        taken = held.getsockname()[1]
+        assert RENDEZVOUS_MIN_PORT <= taken < 32768
+        assert free_port(range(taken, taken + 1)) != taken
+
+
+class PortRaceWorker:
+    """The group's first start loses the race for rank 0's port, as torch.distributed reports it."""
+
+    def __init__(self, flag: str) -> None:
+        if not os.path.exists(flag):
+            open(flag, "w").close()
+            raise RuntimeError(
+                "DistNetworkError: The server socket has failed to listen on any local network "
+                "address. port: 29500, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use"
+            )
+        init_distributed()
+
+    def port(self) -> int:
+        return int(os.environ["MASTER_PORT"])
+
+
+def test_a_port_taken_before_rank_0_listens_starts_the_group_again(ray_cluster, tmp_path: Path) -> None:
+    group = RayWorkerGroup(RayVirtualCluster(2, cpus_per_worker=0.5), PortRaceWorker, str(tmp_path / "lost_once"))
+    try:
+        ports = group.run_all("port")
+        assert len(set(ports)) == 1 and RENDEZVOUS_MIN_PORT <= ports[0] < 32768
+    finally:
+        group.shutdown()
 
 
 @pytest.mark.parametrize("raw", ["soon", "0", "-5", "nan", "inf"])
