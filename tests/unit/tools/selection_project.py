@@ -1,5 +1,5 @@
 """The small project of the remote-selection scenarios (test_remote_select_plugin.py,
-test_remote_select_reach_record.py): its settings and a driver for inner `pytest --testmon`
+test_remote_select_reach_record.py; test_remote_select_relative_import.py shares pieces): its settings and a driver for inner `pytest --testmon`
 runs in a subprocess, so that testmon's coverage never nests in the outer run's."""
 
 from __future__ import annotations
@@ -24,6 +24,20 @@ remote_state_file = "{STATE_FILE}"
 
 [tool.pytest.ini_options]
 testpaths = ["tests"]
+"""
+
+# A project's tests/conftest.py whose tests share one small Ray cluster of their own.
+RAY_SESSION_CONFTEST = """
+    import pytest
+
+
+    @pytest.fixture(scope="session")
+    def ray_session():
+        import ray
+
+        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+        yield
+        ray.shutdown()
 """
 
 _LINE = re.compile(r"^(tests/\S+::\S+) (PASSED|FAILED|ERROR|SKIPPED)")

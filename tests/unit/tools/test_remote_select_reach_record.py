@@ -12,7 +12,7 @@ import os
 import sys
 
 import pytest
-from selection_project import PYPROJECT, STATE_FILE, Project
+from selection_project import PYPROJECT, RAY_SESSION_CONFTEST, STATE_FILE, Project
 
 pytest_plugins = ["pytester"]
 
@@ -41,18 +41,7 @@ RAY_FILES = {
         def tag():
             return "t"
     """,
-    "tests/conftest.py": """
-        import pytest
-
-
-        @pytest.fixture(scope="session")
-        def ray_session():
-            import ray
-
-            ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
-            yield
-            ray.shutdown()
-    """,
+    "tests/conftest.py": RAY_SESSION_CONFTEST,
     "tests/test_actor.py": """
         import pytest
         import ray

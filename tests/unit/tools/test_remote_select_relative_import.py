@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from selection_project import PLUGIN, RAY_SESSION_CONFTEST
 
 from testharness.remote_select.config import SelectConfig
 from testharness.remote_select.graph import (
@@ -24,7 +25,6 @@ from testharness.remote_select.records import FromImportRef, ImportRef
 
 pytest_plugins = ["pytester"]
 
-PLUGIN = "testharness.remote_select.plugin"
 TOOLS_PY = Path(__file__).resolve().parents[3] / "tools" / "py"
 
 LIB = {
@@ -111,18 +111,7 @@ TESTS = {
         [tool.pytest.ini_options]
         testpaths = ["tests"]
     """,
-    "tests/conftest.py": """
-        import pytest
-
-
-        @pytest.fixture(scope="session")
-        def ray_session():
-            import ray
-
-            ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
-            yield
-            ray.shutdown()
-    """,
+    "tests/conftest.py": RAY_SESSION_CONFTEST,
     "tests/test_tasks.py": """
         import ray
 
