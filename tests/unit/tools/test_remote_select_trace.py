@@ -36,6 +36,33 @@ class Calc:
     def spawn(self) -> int:
         return subprocess.run([sys.executable, "-c", "pass"], check=True).returncode
 
+    def import_in_threads(self, seconds: float) -> list[str]:
+        """What transformers' weight loading does: 8 threads running `import` statements at
+        once (each a pause of the 3.11 profiler, once). What went wrong, per thread."""
+        import threading
+        import time
+
+        def work(problems: list[str]) -> None:
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                try:
+                    import json  # noqa: F401  already loaded: what most imports in a function are
+
+                    sys.modules.pop("colorsys", None)
+                    import colorsys  # noqa: F401  loaded again: the profiler paused
+                except RuntimeError as e:
+                    problems.append(str(e))
+            if sys.version_info < (3, 12) and sys.getprofile() is None:
+                problems.append("the thread is no longer traced")
+
+        problems: list[str] = []
+        threads = [threading.Thread(target=work, args=(problems,)) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return problems
+
 
 def _double(x: int) -> int:
     return 2 * x
@@ -96,6 +123,10 @@ def _traced_scenarios() -> dict[str, list[str] | None]:
     spawner = remote_calc.remote()
     assert ray.get(spawner.spawn.remote()) == 0
     out["spawned"] = period("t::spawned", [])
+    rec.push_test("t::threads_import")
+    importer = remote_calc.remote()
+    problems = ray.get(importer.import_in_threads.remote(2.0))
+    out["threads_import"] = period("t::threads_import", []) if not problems else problems
     remote_task = ray.remote(_task)
     rec.push_test("t::task")
     assert ray.get(remote_task.remote(3)) == 7
@@ -145,6 +176,13 @@ def test_a_task_reports_the_functions_it_ran_or_falls_back_to_its_module(traced:
     assert "@" + HERE in traced["task"]  # type: ignore[operator]  import-time code of its module
     assert HERE not in traced["task"]  # type: ignore[operator]
     assert HERE in traced["task_no_returns"]  # type: ignore[operator]  no report to be had: its module whole
+
+
+def test_threads_importing_at_once_stay_traced(traced: dict[str, list[str] | None]) -> None:
+    """On 3.11 each thread's `sys.setprofile` could fail while another thread's ran its audit
+    hooks (CI: a transformers weight-loading thread died of "Cannot install a profile
+    function while another profile function is being installed")."""
+    assert "Calc.import_in_threads" in _units(traced["threads_import"]), traced["threads_import"]
 
 
 def test_actors_that_cannot_be_traced_fall_back_to_their_modules(traced: dict[str, list[str] | None]) -> None:

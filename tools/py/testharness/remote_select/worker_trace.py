@@ -146,23 +146,43 @@ def _watch_calls(state: Any) -> None:
 
 
 def _quiet_imports(profile: Callable[..., None]) -> None:
-    """Pause the 3.11 profiler while an `import` statement runs (in that thread): what runs
-    at import time is what import digests cover, and profiling torch's and transformers'
-    imports made a policy worker start 78% slower (bench/trace_overhead.py)."""
+    """Pause the 3.11 profiler while an `import` statement loads a module (in that thread):
+    what runs at import time is what import digests cover, and profiling torch's and
+    transformers' imports made a policy worker start 78% slower (bench/trace_overhead.py).
+    An import of a module already loaded leaves the profiler alone: each pause is two
+    `sys.setprofile` calls, which threads importing at once make fail (`_set_profile`)."""
     import builtins
 
     original = builtins.__import__
+    modules = sys.modules
 
-    def quiet_import(*args: Any, **kwargs: Any) -> Any:
-        if sys.getprofile() is not profile:  # nested in another import, or not ours
-            return original(*args, **kwargs)
-        sys.setprofile(None)
+    def quiet_import(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
+        loaded = level == 0 and name in modules
+        if loaded or sys.getprofile() is not profile:  # nothing to load, nested, or not ours
+            return original(name, globals, locals, fromlist, level)
+        paused = _set_profile(None)
         try:
-            return original(*args, **kwargs)
+            return original(name, globals, locals, fromlist, level)
         finally:
-            sys.setprofile(profile)
+            if paused:
+                _set_profile(profile)
 
     builtins.__import__ = quiet_import
+
+
+def _set_profile(profile: Callable[..., object] | None) -> bool:
+    """`sys.setprofile`, tried again when it fails: on 3.11 it runs the audit hooks while
+    holding a process-wide reentrancy guard, and an audit hook written in Python (ours:
+    `_watch_escapes`) can hand the GIL to another thread, whose own `sys.setprofile` then
+    raises RuntimeError ("Cannot install a profile function while another profile
+    function is being installed"; CPython gh-94510). The failed call clears the guard."""
+    for _ in range(100):
+        try:
+            sys.setprofile(profile)
+            return True
+        except RuntimeError:
+            continue
+    return False
 
 
 def _watch_escapes(state: Any) -> None:
