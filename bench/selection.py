@@ -186,7 +186,7 @@ def collected_ids(output: str) -> set[str]:
 
 
 def run_tests(
-    ids: list[str], env: dict[str, str], timeout: int, out: Path, first_failure: bool = False
+    ids: list[str], env: dict[str, str], timeout: int, out: Path, workers: list[str], first_failure: bool = False
 ) -> dict[str, list[object]]:
     if not ids:
         return {}
@@ -194,7 +194,11 @@ def run_tests(
     args_file.write_text("\n".join(ids))
     env = dict(env, SELECTION_BENCH_OUT=str(out))
     stop = ["-x"] if first_failure else []
-    run(pytest_cmd("-p", "no:testmon", "-p", "bench.selection_durations", "-q", *stop, f"@{args_file}"), env, timeout)
+    run(
+        pytest_cmd("-p", "no:testmon", "-p", "bench.selection_durations", "-q", *stop, *workers, f"@{args_file}"),
+        env,
+        timeout,
+    )
     try:
         return dict(json.loads(out.read_text()))
     except (OSError, json.JSONDecodeError):
@@ -220,7 +224,8 @@ def mutation_benchmark(args: argparse.Namespace, cfg: SelectConfig) -> dict[str,
         # Baseline: a full green run seeds testmon and remote-select and gives durations.
         t0 = time.perf_counter()
         env_b = dict(env, SELECTION_BENCH_OUT=str(work / "base.json"))
-        run(pytest_cmd("--testmon", "-p", "bench.selection_durations", "-q", *tests), env_b, args.timeout)
+        workers = ["-n", args.workers] if args.workers else []
+        run(pytest_cmd("--testmon", "-p", "bench.selection_durations", "-q", *workers, *tests), env_b, args.timeout)
         full_wall = time.perf_counter() - t0
         base = json.loads((work / "base.json").read_text())
         passing = {n for n, (o, _) in base.items() if o == "passed"}
@@ -283,12 +288,14 @@ def mutation_benchmark(args: argparse.Namespace, cfg: SelectConfig) -> dict[str,
                 # and testmon's picks are a subset of it (the plugin only adds), so both safety
                 # values are exact. Only when the union fails nothing is the rest run, to learn
                 # whether the mutant fails anything (with -x: up to its first failure).
-                res = run_tests(in_order(union), env, args.timeout, work / f"m{i}u.json")
+                res = run_tests(in_order(union), env, args.timeout, work / f"m{i}u.json", workers)
                 failing: set[str] = {n for n, (o, _) in res.items() if o == "failed"}
                 oracle = set(failing)
                 if not failing:
                     rest = in_order(passing - union)
-                    res = run_tests(rest, env, args.timeout, work / f"m{i}r.json", first_failure=args.first_failure)
+                    res = run_tests(
+                        rest, env, args.timeout, work / f"m{i}r.json", workers, first_failure=args.first_failure
+                    )
                     failing = {n for n, (o, _) in res.items() if o == "failed"}
                     oracle = set(failing)  # missed by the union: at least these (all, without -x)
                 row = {
@@ -429,6 +436,13 @@ def main(argv: list[str] | None = None) -> int:
         "--first-failure",
         action="store_true",
         help="when the union fails nothing, stop the run of the other tests at the first failure (faster)",
+    )
+    ap.add_argument(
+        "-n",
+        "--workers",
+        default="",
+        metavar="N",
+        help="run the baseline and each mutant's tests with pytest-xdist -n N (durations are then those of a parallel run)",
     )
     ap.add_argument("--no-docs", action="store_true", help="print only; do not touch docs/benchmarks.md")
     ap.add_argument("tests", nargs="*", default=["tests/unit"], help="test paths (default tests/unit)")

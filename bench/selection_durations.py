@@ -1,4 +1,6 @@
-"""pytest plugin used by bench/selection.py: writes {nodeid: [outcome, seconds]} to $SELECTION_BENCH_OUT."""
+"""pytest plugin used by bench/selection.py: writes {nodeid: [outcome, seconds]} to $SELECTION_BENCH_OUT.
+
+Under `-n`, the controller writes it: xdist hands it every worker's reports."""
 
 from __future__ import annotations
 
@@ -23,6 +25,6 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     out = os.environ.get("SELECTION_BENCH_OUT")
-    if out:
+    if out and not hasattr(session.config, "workerinput"):  # not an xdist worker
         with open(out, "w", encoding="utf-8") as fh:
             json.dump(_results, fh)
