@@ -37,26 +37,40 @@ class Calc:
         return subprocess.run([sys.executable, "-c", "pass"], check=True).returncode
 
     def import_in_threads(self, seconds: float) -> list[str]:
-        """What transformers' weight loading does: 8 threads running `import` statements at
-        once (each a pause of the 3.11 profiler, once). What went wrong, per thread."""
+        """What transformers' weight loading does: threads running `import` statements while
+        more threads start. What went wrong: errors, and threads that never ran."""
         import threading
         import time
 
-        def work(problems: list[str]) -> None:
-            end = time.monotonic() + seconds
+        problems: list[str] = []
+        ran: list[int] = []
+        end = time.monotonic() + seconds
+
+        def importer() -> None:
             while time.monotonic() < end:
                 try:
                     import json  # noqa: F401  already loaded: what most imports in a function are
 
                     sys.modules.pop("colorsys", None)
-                    import colorsys  # noqa: F401  loaded again: the profiler paused
+                    import colorsys  # noqa: F401  loaded again: the 3.11 profiler pauses
                 except RuntimeError as e:
                     problems.append(str(e))
             if sys.version_info < (3, 12) and sys.getprofile() is None:
-                problems.append("the thread is no longer traced")
+                problems.append("an importing thread is no longer traced")
 
-        problems: list[str] = []
-        threads = [threading.Thread(target=work, args=(problems,)) for _ in range(8)]
+        def starter() -> None:
+            started = 0
+            while time.monotonic() < end:
+                batch = [threading.Thread(target=ran.append, args=(1,)) for _ in range(10)]
+                for t in batch:
+                    t.start()
+                for t in batch:
+                    t.join()
+                started += len(batch)
+            if len(ran) < started:  # the only starter: every thread it started should have run
+                problems.append(f"{started - len(ran)} of {started} started threads never ran")
+
+        threads = [threading.Thread(target=importer) for _ in range(6)] + [threading.Thread(target=starter)]
         for t in threads:
             t.start()
         for t in threads:
@@ -179,9 +193,10 @@ def test_a_task_reports_the_functions_it_ran_or_falls_back_to_its_module(traced:
 
 
 def test_threads_importing_at_once_stay_traced(traced: dict[str, list[str] | None]) -> None:
-    """On 3.11 each thread's `sys.setprofile` could fail while another thread's ran its audit
-    hooks (CI: a transformers weight-loading thread died of "Cannot install a profile
-    function while another profile function is being installed")."""
+    """On 3.11 a thread's `sys.setprofile` could fail while another thread's ran its audit
+    hooks: an import raised (CI: a transformers weight-loading thread died of "Cannot install
+    a profile function while another profile function is being installed"), or a thread
+    being started died before running its target."""
     assert "Calc.import_in_threads" in _units(traced["threads_import"]), traced["threads_import"]
 
 

@@ -140,9 +140,25 @@ def _watch_calls(state: Any) -> None:
 
     # Python 3.11: this thread and threads started later through `threading`.
     sys.setprofile(profile)
-    threading.setprofile(profile)
+    _profile_new_threads(profile)
     state.intact = lambda: sys.getprofile() is profile  # a profiler started later replaces it
     _quiet_imports(profile)
+
+
+def _profile_new_threads(profile: Callable[..., None]) -> None:
+    """Each thread started through `threading` installs the profiler as it starts, with
+    `_set_profile`: `threading.setprofile` would make it call `sys.setprofile` once, bare,
+    and a thread whose call failed died before running its target."""
+    bootstrap = getattr(threading.Thread, "_bootstrap_inner", None)
+    if bootstrap is None:  # not CPython's threading: its documented hook
+        threading.setprofile(profile)
+        return
+
+    def profiled_bootstrap(thread: threading.Thread) -> None:
+        _set_profile(profile)
+        bootstrap(thread)
+
+    threading.Thread._bootstrap_inner = profiled_bootstrap  # type: ignore[attr-defined]
 
 
 def _quiet_imports(profile: Callable[..., None]) -> None:
