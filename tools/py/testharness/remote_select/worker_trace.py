@@ -13,8 +13,8 @@ lambda or comprehension counts as part of the function that defines it, which is
 the selector fingerprints. Every thread is watched on Python >= 3.12 (`sys.monitoring`, each
 code object reported once per drain); on 3.11, `sys.setprofile` covers the worker's main
 thread and threads started through `threading` (not threads C code starts), paused while
-an `import` statement runs (import-time code is the import digests' part); a drain answers
-None once another profiler has replaced it.
+an `import` statement loads a module (import-time code is the import digests' part); a
+drain answers None once another profiler has replaced it.
 A worker whose project code starts a process or sends work to other Ray workers says so
 ("escaped"): what runs there is not traced, and the recorder stops being precise for it.
 
