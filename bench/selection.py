@@ -28,6 +28,7 @@ import json
 import os
 import random
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -205,6 +206,29 @@ def run_tests(
         return {i: ["failed", 0.0] for i in ids}  # the run crashed: count as failing
 
 
+def drop_state(path: Path) -> None:
+    for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        p.unlink(missing_ok=True)
+
+
+def copy_state(src: Path, dst: Path) -> None:
+    """Copy a state file. An SQLite database (pytest-testmon's) goes through SQLite's backup:
+    its last writes may still be in its `-wal` side file (after an `-n` run, all of them),
+    which a plain copy would leave behind; the destination's side files are dropped."""
+    drop_state(dst)
+    with open(src, "rb") as fh:
+        sqlite = fh.read(16) == b"SQLite format 3\x00"
+    if not sqlite:
+        shutil.copy2(src, dst)
+        return
+    source, target = sqlite3.connect(src), sqlite3.connect(dst)
+    try:
+        source.backup(target)
+    finally:
+        source.close()
+        target.close()
+
+
 def mutation_benchmark(args: argparse.Namespace, cfg: SelectConfig) -> dict[str, object]:
     # Prepend (not replace) PYTHONPATH: this checkout's packages must win over editable installs
     # of another checkout, in pytest and in Ray workers alike.
@@ -216,11 +240,11 @@ def mutation_benchmark(args: argparse.Namespace, cfg: SelectConfig) -> dict[str,
     saved.mkdir()
     for p in keep:  # the user's own files come back at the end
         if p.exists():
-            shutil.copy2(p, saved / p.name)
+            copy_state(p, saved / p.name)
     tests = args.tests
     try:
         for p in keep:
-            p.unlink(missing_ok=True)
+            drop_state(p)
         # Baseline: a full green run seeds testmon and remote-select and gives durations.
         t0 = time.perf_counter()
         env_b = dict(env, SELECTION_BENCH_OUT=str(work / "base.json"))
@@ -245,7 +269,7 @@ def mutation_benchmark(args: argparse.Namespace, cfg: SelectConfig) -> dict[str,
         snap.mkdir()
         for p in keep:
             if p.exists():
-                shutil.copy2(p, snap / p.name)
+                copy_state(p, snap / p.name)
 
         mutants = discover_mutants(cfg)
         rng = random.Random(args.seed)
@@ -269,13 +293,13 @@ def mutation_benchmark(args: argparse.Namespace, cfg: SelectConfig) -> dict[str,
                 path.write_text("".join(lines), encoding="utf-8")
                 for p in keep:
                     if (snap / p.name).exists():
-                        shutil.copy2(snap / p.name, p)
+                        copy_state(snap / p.name, p)
                 union = collected_ids(
                     run(pytest_cmd("--testmon", "--collect-only", "-q", *tests), env, args.timeout).stdout
                 )
                 for p in keep:
                     if (snap / p.name).exists():
-                        shutil.copy2(snap / p.name, p)
+                        copy_state(snap / p.name, p)
                 tm = collected_ids(
                     run(
                         pytest_cmd("--testmon", "--collect-only", "-q", "-p", f"no:{PLUGIN}", *tests), env, args.timeout
@@ -325,9 +349,9 @@ def mutation_benchmark(args: argparse.Namespace, cfg: SelectConfig) -> dict[str,
         }
     finally:
         for p in keep:
-            p.unlink(missing_ok=True)
+            drop_state(p)
             if (saved / p.name).exists():
-                shutil.copy2(saved / p.name, p)
+                copy_state(saved / p.name, p)
         shutil.rmtree(work, ignore_errors=True)
 
 
