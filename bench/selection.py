@@ -287,6 +287,7 @@ def mutation_benchmark(args: argparse.Namespace, cfg: SelectConfig) -> dict[str,
         for i, (rel, name, line, indent) in enumerate(mutants):
             path = ROOT / rel
             original = path.read_text(encoding="utf-8")
+            t_mutant = time.perf_counter()
             lines = original.splitlines(keepends=True)
             lines.insert(line - 1, " " * indent + f'raise RuntimeError("mutant") {MARK}\n')
             try:
@@ -336,7 +337,7 @@ def mutation_benchmark(args: argparse.Namespace, cfg: SelectConfig) -> dict[str,
                     "oracle_cost_lib": sum(dur.get(n, 0.0) for n in oracle) / lib_total,
                 }
                 rows.append(row)
-                print(f"[{i + 1}/{len(mutants)}] {row}", flush=True)
+                print(f"[{i + 1}/{len(mutants)}] {time.perf_counter() - t_mutant:.0f} s {row}", flush=True)
             finally:
                 path.write_text(original, encoding="utf-8")
         return {
