@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         "## Worker tracing overhead (bench/trace_overhead.py)",
         "",
         (
-            f"Measured {today()} on {machine()}, Python {sys.version.split()[0]}, with "
+            f"Measured {today()} on {machine()}, with "
             f"`uv run --group test python bench/trace_overhead.py --steps {args.steps} --repeat {args.repeat}`: "
             "one DTensor policy worker on the tiny offline model, each variant in a fresh process with a "
             f"Ray cluster of its own, alternating plain / traced; medians of {args.repeat} runs."
