@@ -42,6 +42,7 @@ from testharness.remote_select import store  # noqa: E402
 from testharness.remote_select.config import SelectConfig, load_config  # noqa: E402
 from testharness.remote_select.engine import RemoteSelector  # noqa: E402
 from testharness.settings import load_settings  # noqa: E402
+from testharness.state_files import SQLITE_SIDE_FILES  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bench_common import update_section  # noqa: E402
@@ -207,7 +208,7 @@ def run_tests(
 
 
 def drop_state(path: Path) -> None:
-    for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+    for p in (path, *(Path(f"{path}{side}") for side in SQLITE_SIDE_FILES)):
         p.unlink(missing_ok=True)
 
 
@@ -271,6 +272,11 @@ def mutation_benchmark(args: argparse.Namespace, cfg: SelectConfig) -> dict[str,
             if p.exists():
                 copy_state(p, snap / p.name)
 
+        def restore_snapshot() -> None:  # each selection starts from the baseline's state
+            for p in keep:
+                if (snap / p.name).exists():
+                    copy_state(snap / p.name, p)
+
         mutants = discover_mutants(cfg)
         rng = random.Random(args.seed)
         rng.shuffle(mutants)
@@ -292,15 +298,11 @@ def mutation_benchmark(args: argparse.Namespace, cfg: SelectConfig) -> dict[str,
             lines.insert(line - 1, " " * indent + f'raise RuntimeError("mutant") {MARK}\n')
             try:
                 path.write_text("".join(lines), encoding="utf-8")
-                for p in keep:
-                    if (snap / p.name).exists():
-                        copy_state(snap / p.name, p)
+                restore_snapshot()
                 union = collected_ids(
                     run(pytest_cmd("--testmon", "--collect-only", "-q", *tests), env, args.timeout).stdout
                 )
-                for p in keep:
-                    if (snap / p.name).exists():
-                        copy_state(snap / p.name, p)
+                restore_snapshot()
                 tm = collected_ids(
                     run(
                         pytest_cmd("--testmon", "--collect-only", "-q", "-p", f"no:{PLUGIN}", *tests), env, args.timeout
