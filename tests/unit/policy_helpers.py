@@ -18,6 +18,21 @@ if TYPE_CHECKING:
     from nemo_rl.models.policy.policy import Policy
 
 
+# A tiny model's one-worker run uses a sliver of a GPU: under -n, up to four such tests share one
+# through Ray's fractional GPUs instead of taking it in turn (the GPU chain was the run's tail).
+SHARED_GPU_FRACTION = 0.25
+
+
+def one_worker_gpus() -> str:
+    """`cluster.gpus_per_worker` for a one-worker run of a tiny model: a quarter of a GPU when
+    the connected Ray cluster has one, else `auto` (the CPU). Never for a group of several
+    workers (two ranks on one GPU would break NCCL), nor for a test that measures GPU memory
+    (`tracker.get_max_mem` reads whole devices, so such a test keeps a whole GPU to itself)."""
+    import ray
+
+    return str(SHARED_GPU_FRACTION) if ray.cluster_resources().get("GPU", 0) >= 1 else "auto"
+
+
 def policy_config(model_path: str, **overrides: object) -> dict:
     """A small PolicyConfig for tests."""
     cfg: dict = {

@@ -2,6 +2,7 @@ import torch
 
 from nemo_rl.algorithms.grpo import default_config_path, group_advantages, grpo_train
 from nemo_rl.config import load_config
+from tests.unit.policy_helpers import one_worker_gpus
 
 
 def test_group_advantages_on_hand_made_groups() -> None:
@@ -40,6 +41,7 @@ def test_one_grpo_step_through_ray(ray_cluster, tiny_llama: str, tmp_path, track
             "checkpointing.save_period=2",
             f"logger.log_dir={tmp_path / 'logs'}",
             "logger.monitor_gpus=false",
+            f"cluster.gpus_per_worker={one_worker_gpus()}",
         ],
     )
     metrics = grpo_train(cfg)  # type: ignore[arg-type]

@@ -6,6 +6,8 @@ from pathlib import Path
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from tests.unit.policy_helpers import one_worker_gpus
+
 ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -38,6 +40,7 @@ def test_sft_example_loss_falls_and_resumes(
         f"checkpointing.checkpoint_dir={tmp_path / 'ck'}",
         "checkpointing.save_period=6",
         f"logger.log_dir={tmp_path / 'logs'}",
+        f"cluster.gpus_per_worker={one_worker_gpus()}",
     ]
     assert run_sft.main(args) == 0
     losses = _scalars(tmp_path / "logs", "train/loss")
