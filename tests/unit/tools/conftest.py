@@ -33,4 +33,7 @@ def _inner_runs_start_clean(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # The Ray cluster that the `-n` tests' runs join (test_parallel*.py).
+# The seeded project of the remote-aware selection scenarios (test_remote_select_plugin.py and
+# test_remote_select_state.py: two files, so that under -n two workers share them).
+from remote_select_seeded import project, seed_copy, seeded  # noqa: E402, F401
 from xdist_project import shared_head  # noqa: E402, F401

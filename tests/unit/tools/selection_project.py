@@ -1,6 +1,8 @@
 """The small project of the remote-selection scenarios (test_remote_select_plugin.py,
-test_remote_select_reach_record.py; test_remote_select_relative_import.py shares pieces): its settings and a driver for inner `pytest --testmon`
-runs in a subprocess, so that testmon's coverage never nests in the outer run's."""
+test_remote_select_state.py, test_remote_select_reach_record.py;
+test_remote_select_relative_import.py shares pieces): its settings and a driver for inner
+`pytest --testmon` runs in a subprocess, so that testmon's coverage never nests in the outer
+run's."""
 
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 
 A worker reports the functions it ran; a body edit selects exactly the tests that sent the
 code to a worker, where the import graph alone would select every test that imports it.
-The other scenarios (state files, interrupts, import kinds): test_remote_select_plugin.py.
+The other scenarios: test_remote_select_plugin.py (edits, interrupts, import kinds) and
+test_remote_select_state.py (damaged, moved or concurrent records).
 """
 
 from __future__ import annotations
