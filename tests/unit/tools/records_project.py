@@ -1,0 +1,44 @@
+"""The small project of the results-record tests (test_records.py, test_records_exit_status.py):
+a pyproject with the harness's settings, an environment for its runs, and its results file."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+PYPROJECT = """
+[tool.testharness]
+results_dir = "out"
+test_roots = ["tests"]
+
+[tool.pytest.ini_options]
+testpaths = ["tests"]
+"""
+
+
+def write_project(root: Path, files: dict[str, str]) -> Path:
+    (root / "pyproject.toml").write_text(PYPROJECT)
+    (root / "conftest.py").write_text('pytest_plugins = ["testharness.plugin"]\n')
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def run_env(root: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TESTHARNESS_", "RAY_ADDRESS"))}
+    env["STARTED_FILE"] = str(root / "started")
+    # Our own Ray session dir (short: Ray's socket paths must fit 107 bytes).
+    env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="rec_ray_", dir="/tmp")
+    env["RAY_ENABLE_UV_RUN_RUNTIME_ENV"] = "0"  # Ray workers run this interpreter, not a uv-built copy
+    env["TESTHARNESS_ROOT"] = str(root)
+    env["TESTHARNESS_NO_DISCOVERY"] = "1"
+    return env
+
+
+def read_results(root: Path) -> dict[str, Any]:
+    return json.loads((root / "out" / "unit_results.json").read_text())
