@@ -149,3 +149,56 @@ def test_barrier_waits_for_every_marker(tmp_path: Path) -> None:
     assert parallel.wait_for_markers(markers, timeout_s=0.3, poll_s=0.05) == markers[1:]
     markers[1].touch()
     assert parallel.wait_for_markers(markers, timeout_s=0) == []
+
+
+def test_next_file_is_the_longest_unless_the_worker_is_still_busy() -> None:
+    queued = ["long.py", "mid.py", "short.py"]  # longest first
+    assert parallel.next_file(queued, worker_left_s=0.0, run_first_files=set()) == "long.py"
+    assert parallel.next_file(queued, worker_left_s=parallel.BUSY_S, run_first_files=set()) == "long.py"
+    assert parallel.next_file(queued, worker_left_s=60.0, run_first_files=set()) == "short.py"
+    # A queued run_first file keeps the order: every other test waits for it.
+    assert parallel.next_file(queued, worker_left_s=60.0, run_first_files={"long.py"}) == "long.py"
+    assert parallel.next_file(queued, worker_left_s=60.0, run_first_files={"done.py"}) == "short.py"
+
+
+def _where(name: str, sleep_s: float = 0) -> str:
+    return textwrap.dedent(f"""
+        import os, time
+
+
+        def test_{name}():
+            start = time.time()
+            time.sleep({sleep_s})
+            open("ran_{name}", "w").write(f"{{os.environ['PYTEST_XDIST_WORKER']}} {{start}} {{time.time()}}")
+    """)
+
+
+# Recorded: long 60 s, mid1/mid2 20 s, s1-s3 0.1 s. xdist alone queues mid2 behind the long
+# test at the start (a worker gets more work with two tests left); the harness gives the busy
+# worker the shortest file instead, and mid2 to the worker that frees up first.
+BUSY_FILES = {
+    "tests/test_long.py": _where("long", sleep_s=3),
+    **{f"tests/test_{n}.py": _where(n) for n in ("mid1", "mid2", "s1", "s2", "s3")},
+}
+BUSY_RECORD = {"long": 60.0, "mid1": 20.0, "mid2": 20.0, "s1": 0.1, "s2": 0.1, "s3": 0.1}
+
+
+def test_a_worker_busy_with_a_long_test_gets_the_shortest_file_next(tmp_path: Path, shared_head: Head) -> None:
+    root = make_project(tmp_path, BUSY_FILES)
+    record = {
+        "exit_status": 0, "start_time": "2026-01-01 00:00:00", "metrics": {},
+        "tests": {f"tests/test_{n}.py::test_{n}": {"outcome": "passed", "duration": d} for n, d in BUSY_RECORD.items()},
+    }  # fmt: skip
+    (root / "out" / "unit_results").mkdir(parents=True)
+    (root / "out" / "unit_results" / "20260101_000000.json").write_text(json.dumps(record))
+    proc = run_pytest(root, "-n", "2", env=env_for(root, shared_head), timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ran = {}
+    for name in BUSY_RECORD:
+        worker, start, end = (root / f"ran_{name}").read_text().split()
+        ran[name] = (worker, float(start), float(end))
+    long_worker, _, long_end = ran["long"]
+    after_long = sorted(n for n, (w, start, _) in ran.items() if w == long_worker and n != "long")
+    assert ran["mid2"][0] != long_worker, ran  # not queued behind the long test
+    assert ran["mid2"][2] < long_end, ran  # done while the long test still ran
+    assert after_long and all(n.startswith("s") for n in after_long), ran  # only short files waited

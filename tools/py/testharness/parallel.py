@@ -25,6 +25,10 @@ itself on another. Files are handed out longest first by their tests' recorded d
 (results history, as shards are planned; without it, by number of tests as xdist does): the
 longest file starts at once instead of being the run's tail. The workers order the files and
 run_first tests stay in front: a worker never waits at the barrier for a file still queued.
+With recorded durations the harness also schedules the files itself (`next_file`): a worker
+gets its next file when one test of its current file is left (xdist's own schedule: two), and
+a worker still busy with a long test gets the shortest file waiting rather than the longest,
+so no long file queues behind a long test while other workers fall idle.
 Results, metrics, testmon and sharding under -n are the other plugins' business (the
 controller writes; workers send what they measured with their reports).
 """
@@ -32,8 +36,10 @@ controller writes; workers send what they measured with their reports).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -45,11 +51,14 @@ from typing import Any
 
 import pytest
 
+from testharness.atomic_io import write_json_atomic
 from testharness.shard_plan import longest_files_first
 
 WORKERINPUT_KEY = "testharness_parallel"
 LEASE_TIMEOUT_ENV = "TESTHARNESS_GPU_LEASE_TIMEOUT_S"
 RUN_FIRST_TIMEOUT_S = 3600.0  # a run_first test that never ends is the run's failure, not ours
+BUSY_S = 5.0  # a worker with more expected work than this left gets the shortest file next
+RUN_FIRST_FILES = "run_first_files.json"  # in the shared dir: the files that hold run_first tests
 
 
 class StartRaySpec:
@@ -81,6 +90,16 @@ def wait_for_markers(markers: list[Path], timeout_s: float, poll_s: float = 0.2)
         if not missing or time.monotonic() >= deadline:
             return missing
         time.sleep(poll_s)
+
+
+def next_file(queued: list[str], worker_left_s: float, run_first_files: set[str]) -> str:
+    """The file a worker gets next, of `queued` (longest first): the longest, unless the worker
+    still has more than BUSY_S of work left; then the shortest, which delays the worker least
+    and leaves the long files to the workers that free up first. While a run_first file is
+    queued the order is kept: every other test waits for those, so they go out first."""
+    if worker_left_s > BUSY_S and not run_first_files.intersection(queued):
+        return queued[-1]
+    return queued[0]
 
 
 def lease_timeout_s(env: dict[str, str]) -> float:
@@ -211,6 +230,11 @@ class _Controller:
         node.workerinput[WORKERINPUT_KEY] = {
             "dir": str(self.run.shared_dir), "gpus": self.run.gpus, "durations": self.run.durations}  # fmt: skip
 
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
+        if config.getoption("dist") != "loadfile" or not self.run.durations:
+            return None  # xdist's own
+        return _longest_first_scheduling()(config, log, self.run.durations, self.run.shared_dir)
+
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         shutil.rmtree(self.run.shared_dir, ignore_errors=True)
         if self.run.started_here:
@@ -245,8 +269,11 @@ class _Worker:
             position = {nodeid: i for i, nodeid in enumerate(order)}
             items.sort(key=lambda item: position[item.nodeid])
 
+    @pytest.hookimpl(tryfirst=True)  # written before xdist tells the controller it collected
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.run_first = [i.nodeid for i in session.items if i.get_closest_marker("run_first")]
+        files = sorted({nodeid.split("::", 1)[0] for nodeid in self.run_first})
+        write_json_atomic(self.shared_dir / RUN_FIRST_FILES, files)  # the same from every worker
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, Any, Any]:
@@ -270,6 +297,34 @@ class _Worker:
         except TimeoutError as exc:
             item.add_marker(pytest.mark.skip(reason=f"uses_cuda: {exc}"))  # reported, never silent
             return None
+
+
+def _longest_first_scheduling() -> type:
+    """xdist's --dist loadfile, with `next_file` choosing each worker's next file (a class built
+    on first use: xdist is imported only in runs that distribute)."""
+    from xdist.scheduler import LoadFileScheduling  # type: ignore[import-untyped]
+
+    class LongestFirstScheduling(LoadFileScheduling):
+        def __init__(self, config: pytest.Config, log: Any, durations: dict[str, float], shared_dir: Path) -> None:
+            super().__init__(config, log)
+            self.durations = durations
+            self.default_s = statistics.median(durations.values())
+            self.shared_dir = shared_dir
+
+        def _reschedule(self, node: Any) -> None:
+            if self.workqueue and self._pending_of(self.assigned_work[node]) > 1:
+                return  # xdist waits for two left; a worker needs one (the test it holds)
+            super()._reschedule(node)
+
+        def _assign_work_unit(self, node: Any) -> None:
+            units = self.assigned_work.get(node, {}).values()
+            left_s = sum(self.durations.get(t, self.default_s) for u in units for t, done in u.items() if not done)
+            run_first = set(json.loads((self.shared_dir / RUN_FIRST_FILES).read_text()))
+            chosen = next_file(list(self.workqueue), left_s, run_first)
+            self.workqueue.move_to_end(chosen, last=False)  # xdist hands out the front one
+            super()._assign_work_unit(node)
+
+    return LongestFirstScheduling
 
 
 def hold_node_gpus(timeout_s: float, release_file: Path) -> bool:
