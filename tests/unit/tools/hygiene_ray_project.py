@@ -144,8 +144,6 @@ def test_hangs_sleeping(ray_session):
     ray.get(Sleeper.remote().nap.remote())
 
 
-
-
 @pytest.mark.timeout(15)
 def test_hangs_in_a_task(ray_session):
     ray.get(stuck_task.remote())  # cancelled at the timeout (a killed worker would be retried)
@@ -186,13 +184,17 @@ def test_nothing_of_the_hung_tests_is_left(ray_session):
 
 
 def run_scenarios(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, *tests: str
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, *tests: str, hung: tuple[str, ...]
 ) -> tuple[dict[str, Any], Any]:
-    """Run the scenario sources `tests` in one inner pytest; (its results' tests, its result)."""
+    """Run the scenario sources `tests`, then the check that nothing of the `hung` classes and
+    functions is left, in one inner pytest; (its results' tests, its result)."""
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     pytester.makepyprojecttoml("[tool.testharness.hygiene]\ngpu_threshold_mib = 1e9\n")
     pytester.makeconftest(CONFTEST)
-    pytester.makepyfile(helpers=HELPERS, test_scenarios="\n\n".join([SCENARIO_IMPORTS, *tests]))
+    pytester.makepyfile(
+        helpers=HELPERS,
+        test_scenarios="\n\n".join([SCENARIO_IMPORTS, *tests, nothing_of_the_hung_tests_is_left(*hung)]),
+    )
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rA", "--unit-results-dir", "out", timeout=840)
     return json.loads((pytester.path / "out" / "unit_results.json").read_text())["tests"], result
 

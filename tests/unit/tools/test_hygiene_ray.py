@@ -10,7 +10,6 @@ from hygiene_ray_project import (
     HANGS_SLEEPING_AND_IN_A_TASK,
     LEAKS,
     check_hang,
-    nothing_of_the_hung_tests_is_left,
     run_scenarios,
     wait_until_no_process_titled,
 )
@@ -21,11 +20,7 @@ def test_real_ray_a_leaked_actor_is_named_and_hung_actor_methods_fail_with_their
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     tests, result = run_scenarios(
-        pytester,
-        monkeypatch,
-        LEAKS,
-        HANGS_SLEEPING_AND_IN_A_TASK,
-        nothing_of_the_hung_tests_is_left("Sleeper", "stuck_task"),
+        pytester, monkeypatch, LEAKS, HANGS_SLEEPING_AND_IN_A_TASK, hung=("Sleeper", "stuck_task")
     )
     out = result.stdout.str()
     leaks = tests["test_scenarios.py::test_leaks_an_actor"]["leaks"]

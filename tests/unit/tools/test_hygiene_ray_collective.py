@@ -9,7 +9,6 @@ import pytest
 from hygiene_ray_project import (
     HANG_IN_A_COLLECTIVE,
     check_hang,
-    nothing_of_the_hung_tests_is_left,
     run_scenarios,
     wait_until_no_process_titled,
 )
@@ -19,9 +18,7 @@ from hygiene_ray_project import (
 def test_real_ray_a_hang_in_a_collective_fails_naming_the_rank_method_and_the_all_reduce(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    tests, result = run_scenarios(
-        pytester, monkeypatch, HANG_IN_A_COLLECTIVE, nothing_of_the_hung_tests_is_left("Rank")
-    )
+    tests, result = run_scenarios(pytester, monkeypatch, HANG_IN_A_COLLECTIVE, hung=("Rank",))
     check_hang(tests, result, "test_hangs_in_a_collective", 60, "actor Rank.all_reduce", "STUCK-COLLECTIVE")
     assert (
         "in all_reduce, torch/distributed/distributed_c10d.py:"

@@ -36,10 +36,10 @@ controller writes; workers send what they measured with their reports).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -52,7 +52,7 @@ from typing import Any
 import pytest
 
 from testharness.atomic_io import write_json_atomic
-from testharness.shard_plan import longest_files_first
+from testharness.shard_plan import default_duration, longest_files_first
 
 WORKERINPUT_KEY = "testharness_parallel"
 LEASE_TIMEOUT_ENV = "TESTHARNESS_GPU_LEASE_TIMEOUT_S"
@@ -272,8 +272,9 @@ class _Worker:
     @pytest.hookimpl(tryfirst=True)  # written before xdist tells the controller it collected
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.run_first = [i.nodeid for i in session.items if i.get_closest_marker("run_first")]
-        files = sorted({nodeid.split("::", 1)[0] for nodeid in self.run_first})
-        write_json_atomic(self.shared_dir / RUN_FIRST_FILES, files)  # the same from every worker
+        if self.durations:  # the controller schedules the files itself (LongestFirstScheduling)
+            files = sorted({nodeid.split("::", 1)[0] for nodeid in self.run_first})
+            write_json_atomic(self.shared_dir / RUN_FIRST_FILES, files)  # the same from every worker
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, Any, Any]:
@@ -308,8 +309,13 @@ def _longest_first_scheduling() -> type:
         def __init__(self, config: pytest.Config, log: Any, durations: dict[str, float], shared_dir: Path) -> None:
             super().__init__(config, log)
             self.durations = durations
-            self.default_s = statistics.median(durations.values())
+            self.default_s = default_duration([], durations)
             self.shared_dir = shared_dir
+
+        @functools.cached_property
+        def run_first_files(self) -> set[str]:
+            # Complete once scheduling starts: every worker writes it before it reports its collection.
+            return set(json.loads((self.shared_dir / RUN_FIRST_FILES).read_text()))
 
         def _reschedule(self, node: Any) -> None:
             if self.workqueue and self._pending_of(self.assigned_work[node]) > 1:
@@ -319,8 +325,7 @@ def _longest_first_scheduling() -> type:
         def _assign_work_unit(self, node: Any) -> None:
             units = self.assigned_work.get(node, {}).values()
             left_s = sum(self.durations.get(t, self.default_s) for u in units for t, done in u.items() if not done)
-            run_first = set(json.loads((self.shared_dir / RUN_FIRST_FILES).read_text()))
-            chosen = next_file(list(self.workqueue), left_s, run_first)
+            chosen = next_file(list(self.workqueue), left_s, self.run_first_files)
             self.workqueue.move_to_end(chosen, last=False)  # xdist hands out the front one
             super()._assign_work_unit(node)
 
