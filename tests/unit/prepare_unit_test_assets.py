@@ -249,8 +249,18 @@ def _complete(path: Path, marker: str) -> bool:
 
 
 def prepare(out: Path = DEFAULT_OUT, force: bool = False, log: Callable[[str], None] = print) -> Path:
-    """Build whatever is missing under `out` (everything with force); return `out`."""
+    """Build whatever is missing under `out` (everything with force); return `out`.
+
+    One process builds at a time (a lock file in `out`): xdist workers of a fresh clone
+    all ask for the assets at once, and the later ones then find them complete."""
+    from filelock import FileLock
+
     out.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(out / ".lock")):
+        return _prepare_locked(out, force, log)
+
+
+def _prepare_locked(out: Path, force: bool, log: Callable[[str], None]) -> Path:
     steps: list[tuple[Path, str, Callable[[], None]]] = [
         (out / "data", "math_sft_val.jsonl", lambda: build_data(out / "data")),
         (out / "tokenizer", "tokenizer.json", lambda: build_tokenizer(out / "tokenizer", out / "data")),
