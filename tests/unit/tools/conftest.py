@@ -8,6 +8,9 @@ late conftests too, and pytester's options are then added with their defaults).
 import os
 
 import pytest
+from inner_plugins import blocking_addopts, foreign_plugins, installed_plugins
+
+FOREIGN_PLUGINS = foreign_plugins(installed_plugins())
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -26,10 +29,15 @@ def _inner_runs_start_clean(monkeypatch: pytest.MonkeyPatch) -> None:
       Python subprocess, so each inner pytest, Ray worker and script would start coverage of
       `nemo_rl`, which none of them runs: +0.3 s of CPU per process and a data file each.
     A test that needs one of them passes it to its inner run itself.
+    - pytest plugins installed beside the harness but foreign to it are blocked (`-p no:NAME`
+      in PYTEST_ADDOPTS, see inner_plugins.py): they cost ~1 s per inner pytest on a shared
+      GPU machine's environment and are no part of what these tests check.
     """
     for name in list(os.environ):
         if name.startswith("TESTHARNESS_") or name in ("COVERAGE_PROCESS_CONFIG", "COVERAGE_PROCESS_START"):
             monkeypatch.delenv(name)
+    if FOREIGN_PLUGINS:
+        monkeypatch.setenv("PYTEST_ADDOPTS", blocking_addopts(FOREIGN_PLUGINS, os.environ.get("PYTEST_ADDOPTS", "")))
 
 
 # The Ray cluster that the `-n` tests' runs join (test_parallel*.py).
