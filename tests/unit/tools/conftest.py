@@ -19,7 +19,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _inner_runs_start_clean(monkeypatch: pytest.MonkeyPatch) -> None:
+def _inner_runs_start_clean(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """Inner runs start as a user's would, not as part of this run.
 
     - The harness's variables that run_unit.sh or a benchmark set for this run (results and
@@ -28,14 +28,17 @@ def _inner_runs_start_clean(monkeypatch: pytest.MonkeyPatch) -> None:
     - Coverage's `patch = ["subprocess"]` (pyproject.toml) hands its configuration to every
       Python subprocess, so each inner pytest, Ray worker and script would start coverage of
       `nemo_rl`, which none of them runs: +0.3 s of CPU per process and a data file each.
-    A test that needs one of them passes it to its inner run itself.
     - pytest plugins installed beside the harness but foreign to it are blocked (`-p no:NAME`
       in PYTEST_ADDOPTS, see inner_plugins.py): they cost ~1 s per inner pytest on a shared
-      GPU machine's environment and are no part of what these tests check.
+      GPU machine's environment and are no part of what these tests check. `pytester`
+      clears PYTEST_ADDOPTS when it is set up, so it is set up first here.
+    A test that needs one of these passes it to its inner run itself.
     """
     for name in list(os.environ):
         if name.startswith("TESTHARNESS_") or name in ("COVERAGE_PROCESS_CONFIG", "COVERAGE_PROCESS_START"):
             monkeypatch.delenv(name)
+    if "pytester" in request.fixturenames:
+        request.getfixturevalue("pytester")
     if FOREIGN_PLUGINS:
         monkeypatch.setenv("PYTEST_ADDOPTS", blocking_addopts(FOREIGN_PLUGINS, os.environ.get("PYTEST_ADDOPTS", "")))
 

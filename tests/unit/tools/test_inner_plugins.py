@@ -56,3 +56,18 @@ def test_an_inner_run_blocks_a_foreign_plugin_and_keeps_the_harness_plugins(
     registered = out.split("registered third-party plugins:")[1].split("active plugins:")[0]
     for name in HARNESS_PLUGINS:
         assert name in registered
+
+
+def test_pytester_runs_of_this_suite_block_the_foreign_plugins_installed_here(pytester: pytest.Pytester) -> None:
+    """The conftest's blocks survive pytester's own clean-up of PYTEST_ADDOPTS."""
+    from conftest import FOREIGN_PLUGINS
+
+    if not FOREIGN_PLUGINS:
+        pytest.skip("no pytest plugin foreign to the harness is installed here")
+    pytester.makepyfile(test_one="def test_one():\n    pass\n")
+    result = pytester.runpytest_subprocess("--trace-config")
+    result.assert_outcomes(passed=1)
+    registered = result.stdout.str().split("registered third-party plugins:")[1].split("active plugins:")[0]
+    foreign_dists = {dist for name, dist in installed_plugins() if name in FOREIGN_PLUGINS}
+    assert foreign_dists and not [d for d in foreign_dists if f"  {d}-" in registered], registered
+    assert "pytest-testmon-" in registered
