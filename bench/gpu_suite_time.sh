@@ -7,7 +7,7 @@
 #   bash bench/gpu_suite_time.sh WHEEL_DIR wait SECONDS                        # wait again; files to $OUT
 #
 # Installs into /tmp/site (--no-deps) the wheels of WHEEL_DIR whose package python3 lacks, and
-# always the test tools and Ray (their versions must match the lock). WHEEL_DIR holds a wheel of
+# always the test tools, Ray and Hugging Face's packages (their versions must match the lock). WHEEL_DIR holds a wheel of
 # tools/py too: its entry point loads the harness as `uv sync` would.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -23,7 +23,8 @@ if [[ "$MODE" == start ]]; then
     mapfile -t todo < <(python3 - "$WHEELS" <<'EOF'
 import importlib.metadata as md, pathlib, sys
 always = {"pytest", "pluggy", "iniconfig", "pytest_xdist", "execnet", "pytest_testmon",
-          "pytest_rerunfailures", "pytest_cov", "coverage", "ray", "testharness", "py_spy"}
+          "pytest_rerunfailures", "pytest_cov", "coverage", "ray", "testharness", "py_spy",
+          "transformers", "huggingface_hub", "tokenizers", "safetensors"}  # the lock's, see gpu_wheels.sh
 for wheel in sorted(pathlib.Path(sys.argv[1]).glob("*.whl")):
     name = wheel.name.split("-")[0].lower()
     try:

@@ -5,14 +5,20 @@
 #
 #   bash bench/gpu_wheels.sh [DIR]          # default .whl (ignored by git)
 #
-# Ray's wheel is repacked without its Java jars and dashboard source maps, so that the set fits
-# a 64 MiB transfer; the tests use neither.
+# Hugging Face's packages come at the lock's versions even where the machine has its own: the
+# H200 image's transformers imports scikit-learn, scipy and pandas with every model class
+# (3,553 modules, 11.9 s per process there; the lock's imports 1,463), and every policy worker
+# and example script pays it.
+# Ray's wheel is repacked without its Java jars, dashboard source maps and the libraries the
+# tests never import (rllib, tune, train, llm, serve, data: only the dashboard head, off in
+# the tests, loads them), so that the set fits a 64 MiB transfer.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 DIR="${1:-.whl}"
 NEEDED=(ray jsonschema jsonschema-specifications referencing rpds-py omegaconf antlr4-python3-runtime
         math-verify latex2sympy2-extended pytest pluggy iniconfig pytest-xdist execnet pytest-testmon
-        pytest-rerunfailures pytest-cov coverage pytest-timeout py-spy)
+        pytest-rerunfailures pytest-cov coverage pytest-timeout py-spy
+        transformers huggingface-hub tokenizers safetensors)
 pattern="^($(IFS='|'; echo "${NEEDED[*]}"))=="
 mapfile -t pins < <(uv export --format requirements-txt --no-hashes --group test --no-emit-project --quiet \
     | grep -E "$pattern" | sed 's/ *;.*//')
@@ -26,9 +32,10 @@ ray_wheel=$(ls "$DIR"/ray-*.whl)
 python3 - "$ray_wheel" <<'EOF'
 import sys, zipfile, os
 src = sys.argv[1]; tmp = src + ".tmp"
+UNUSED = tuple(f"ray/{lib}/" for lib in ("rllib", "tune", "train", "llm", "serve", "data"))
 with zipfile.ZipFile(src) as zin, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zout:
     for item in zin.infolist():
-        if item.filename.endswith((".jar", ".map")):
+        if item.filename.endswith((".jar", ".map")) or item.filename.startswith(UNUSED):
             continue
         zout.writestr(item, zin.read(item.filename))
 os.replace(tmp, src)
