@@ -8,7 +8,7 @@ than another (issue 17: the H200's serial run against the 2-core CPU box's).
     PYTHONPATH=.:tools/py python3 bench/startup_costs.py --no-docs   # a machine without uv
 
 Prints a table (median and min of --repeat runs) and writes it to docs/benchmarks.md, section
-"startup-costs", unless --no-docs.
+"startup-costs" (or --section NAME), unless --no-docs.
 """
 
 from __future__ import annotations
@@ -143,6 +143,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=3, help="runs of each measurement (default 3)")
     ap.add_argument("--no-docs", action="store_true", help="print only; do not touch docs/benchmarks.md")
+    ap.add_argument("--section", default=SECTION, help=f"docs/benchmarks.md section to write (default {SECTION})")
     args = ap.parse_args()
 
     samples: dict[str, list[float]] = {}
@@ -167,7 +168,7 @@ def main() -> int:
         + "\n"
     )
     if not args.no_docs:
-        update_section(SECTION, body)
+        update_section(args.section, body)
     print(body)
     return 0
 
