@@ -124,10 +124,12 @@ def _local_raylet_pid(ray: Any) -> int | None:
     return None
 
 
-def _task_workers(raylet_pid: int | None, skip: set[int]) -> list[Proc]:
-    """This node's Ray workers running a task (title `ray::name`: not idle, not an agent, not
-    one of this job's actors). A pooled worker's environment does not name its job, so under
-    `-n` another xdist worker's running task may be listed too: it is only dumped."""
+def _task_workers(raylet_pid: int | None, skip: set[int], job: str) -> list[Proc]:
+    """This node's Ray workers running a task of this job (title `ray::name`: not idle, not an
+    agent, not one of this job's actors). Under `-n` the xdist workers share one cluster,
+    each its own job: a worker started for another job (RAY_JOB_ID) is another test's and is
+    left out (its busy __init__ once became this test's hang reason); one whose environment
+    names no job is kept, as it may be this job's."""
     if raylet_pid is None:
         return []
     found = []
@@ -136,6 +138,8 @@ def _task_workers(raylet_pid: int | None, skip: set[int]) -> list[Proc]:
         if pid in skip or not title.startswith("ray::"):
             continue
         if title.startswith(("ray::IDLE", "ray::DashboardAgent", "ray::RuntimeEnvAgent")):
+            continue
+        if probe.job_of(pid) not in (None, job):
             continue
         found.append(Proc(pid, 0.0, title))
     return found
@@ -184,7 +188,7 @@ def diagnose(
             job = probe.job_id_hex(ray)
             actors = sorted(probe.read_actors(ray, job).values(), key=lambda a: (a.class_name, a.id))
             here = str(ray.get_runtime_context().get_node_id())
-            tasks = _task_workers(_local_raylet_pid(ray), {a.pid for a in actors if a.node_id == here})
+            tasks = _task_workers(_local_raylet_pid(ray), {a.pid for a in actors if a.node_id == here}, job)
         except Exception:
             actors, tasks, here = [], [], ""
         local = [a for a in actors if a.node_id == here and a.pid]

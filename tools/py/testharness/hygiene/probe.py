@@ -123,6 +123,19 @@ def _children(pid: int) -> list[int]:
     return kids
 
 
+def job_of(pid: int) -> str | None:
+    """The Ray job a worker process was started for (the raylet puts RAY_JOB_ID in its
+    environment); None when it names none or cannot be read."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            for entry in fh.read().split(b"\0"):
+                if entry.startswith(b"RAY_JOB_ID="):
+                    return entry.partition(b"=")[2].decode("ascii", "replace")
+    except OSError:
+        pass
+    return None
+
+
 def _title(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
