@@ -40,6 +40,10 @@ EOF
     python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade --target /tmp/site \
         "${todo[@]}" || exit 2
     nvidia-smi -L | tee "$OUT/gpus.txt"
+    # The carried wheels over the image's own torch: stop here, not mid-suite, if they do not fit.
+    python3 -c 'import ray, torch, transformers; from transformers import AutoModelForCausalLM
+print("python", __import__("sys").version.split()[0], "torch", torch.__version__,
+      "transformers", transformers.__version__, "ray", ray.__version__)' | tee "$OUT/versions.txt" || exit 2
     PYTHONPATH="$PWD:$PWD/tools/py:$PYTHONPATH" python3 tests/unit/prepare_unit_test_assets.py >/dev/null || exit 2
     setsid nohup python3 bench/suite_time.py --no-uv --no-docs --md "$WORK/suite_time.md" "$@" \
         > "$WORK/suite.log" 2>&1 < /dev/null &

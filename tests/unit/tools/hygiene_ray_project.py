@@ -149,12 +149,22 @@ def test_hangs_in_a_task(ray_session):
     ray.get(stuck_task.remote())  # cancelled at the timeout (a killed worker would be retried)
 """
 
+# The ranks import torch and join their group in a class fixture, off the test's clock
+# (broader fixtures pause it), so the timeout times the hang alone, not a busy box's start-up.
 HANG_IN_A_COLLECTIVE = """\
-@pytest.mark.timeout(60)
-def test_hangs_in_a_collective(ray_session):
-    port = free_port()
-    ranks = [Rank.remote(r, port) for r in range(2)]
-    ray.get([ranks[0].all_reduce.remote(), ranks[1].skip.remote()])  # rank 1 never joins
+class TestCollective:
+    @pytest.fixture(scope="class")
+    def ranks(self, ray_session):
+        port = free_port()
+        ranks = [Rank.remote(r, port) for r in range(2)]
+        ray.get([r.skip.remote() for r in ranks])  # both constructors returned: the group is up
+        yield ranks
+        for r in ranks:
+            ray.kill(r)
+
+    @pytest.mark.timeout(10)
+    def test_hangs_in_a_collective(self, ranks):
+        ray.get([ranks[0].all_reduce.remote(), ranks[1].skip.remote()])  # rank 1 never joins
 """
 
 
