@@ -25,6 +25,13 @@ from testharness.atomic_io import write_text_atomic  # noqa: E402
 DOCS = ROOT / "docs" / "benchmarks.md"
 
 
+def checkout_env(**extra: str) -> dict[str, str]:
+    """os.environ with this checkout's packages first on PYTHONPATH (prepended, not replaced):
+    they must win over editable installs of another checkout, in subprocesses and Ray workers."""
+    path = [str(ROOT), str(ROOT / "tools" / "py"), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, **extra, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
+
+
 def markers(name: str) -> tuple[str, str]:
     return f"<!-- {name}:start -->", f"<!-- {name}:end -->"
 

@@ -7,8 +7,8 @@
 #   bash bench/gpu_suite_time.sh WHEEL_DIR wait SECONDS                        # wait again; files to $OUT
 #
 # Installs into /tmp/site (--no-deps) the wheels of WHEEL_DIR whose package python3 lacks, and
-# always the test tools, Ray and Hugging Face's packages (their versions must match the lock). WHEEL_DIR holds a wheel of
-# tools/py too: its entry point loads the harness as `uv sync` would.
+# always the test tools, Ray and Hugging Face's packages (their versions must match the lock).
+# WHEEL_DIR holds a wheel of tools/py too: its entry point loads the harness as `uv sync` would.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 WHEELS="${1:?usage: bash bench/gpu_suite_time.sh WHEEL_DIR start|wait SECONDS [args]}"

@@ -45,7 +45,7 @@ from testharness.settings import load_settings  # noqa: E402
 from testharness.state_files import SQLITE_SIDE_FILES  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _bench_common import update_section  # noqa: E402
+from _bench_common import checkout_env, update_section  # noqa: E402
 
 PLUGIN = "testharness.remote_select.plugin"
 MARK = "# selection-bench mutant"
@@ -231,10 +231,7 @@ def copy_state(src: Path, dst: Path) -> None:
 
 
 def mutation_benchmark(args: argparse.Namespace, cfg: SelectConfig) -> dict[str, object]:
-    # Prepend (not replace) PYTHONPATH: this checkout's packages must win over editable installs
-    # of another checkout, in pytest and in Ray workers alike.
-    pypath = os.pathsep.join(p for p in (str(ROOT), str(ROOT / "tools" / "py"), os.environ.get("PYTHONPATH", "")) if p)
-    env = dict(os.environ, RAY_TMPDIR=os.environ.get("RAY_TMPDIR", "/tmp/ray_selbench"), PYTHONPATH=pypath)
+    env = checkout_env(RAY_TMPDIR=os.environ.get("RAY_TMPDIR", "/tmp/ray_selbench"))
     work = Path(tempfile.mkdtemp(prefix="selbench_run_"))
     keep = [ROOT / ".testmondata", *store.StateFiles.of(load_settings(ROOT))]
     saved = work / "saved"

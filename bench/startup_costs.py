@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _bench_common import ROOT, machine, md_table, print_table, today, update_section  # noqa: E402
+from _bench_common import ROOT, checkout_env, machine, md_table, print_table, today, update_section  # noqa: E402
 
 SECTION = "startup-costs"
 
@@ -44,10 +44,8 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - began
 
 
-def run_python(code: str, cwd: Path = ROOT) -> None:
-    path = [str(ROOT), str(ROOT / "tools" / "py"), os.environ.get("PYTHONPATH", "")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
-    subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, check=True)
+def run_python(code: str) -> None:
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=checkout_env(), check=True)
 
 
 CUDA_STEPS = """
@@ -73,7 +71,7 @@ print(json.dumps(steps))
 
 
 def cuda_steps() -> dict[str, float]:
-    """Inside one fresh process: the GPU's own start-up costs (none without a GPU)."""
+    """Inside one fresh process: the GPU's own start-up costs."""
     proc = subprocess.run([sys.executable, "-c", CUDA_STEPS], check=True, capture_output=True, text=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -147,6 +145,7 @@ def main() -> int:
     args = ap.parse_args()
 
     samples: dict[str, list[float]] = {}
+    gpu = "no GPU" not in machine()
     with tempfile.TemporaryDirectory() as tmp:
         project = Path(tmp)
         (project / "test_one.py").write_text("def test_one():\n    assert 1 + 1 == 2\n")
@@ -154,7 +153,7 @@ def main() -> int:
             for name, code in PROCESSES.items():
                 samples.setdefault(name, []).append(timed(lambda code=code: run_python(code)))
             samples.setdefault("nested pytest, one test", []).append(timed(lambda: nested_pytest(project)))
-            for name, took in cuda_steps().items():
+            for name, took in (cuda_steps() if gpu else {}).items():
                 samples.setdefault(name, []).append(took)
     samples.update(ray_costs(args.repeat))
 

@@ -12,9 +12,10 @@ leaves pytest's autoloading of the others exactly as a user's run has it.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from importlib import metadata
+
+from packaging.utils import canonicalize_name
 
 # Distributions whose plugins inner runs keep: the harness and what it builds on or documents.
 HARNESS_PLUGIN_DISTS = frozenset(
@@ -22,14 +23,10 @@ HARNESS_PLUGIN_DISTS = frozenset(
 )
 
 
-def _normalized(dist: str) -> str:
-    return re.sub(r"[-_.]+", "-", dist).lower()
-
-
 def foreign_plugins(installed: Iterable[tuple[str, str]], keep: Iterable[str] = HARNESS_PLUGIN_DISTS) -> list[str]:
     """Entry-point names of the `(name, distribution)` plugins not from a `keep` distribution."""
-    kept = {_normalized(d) for d in keep}
-    return sorted({name for name, dist in installed if _normalized(dist) not in kept})
+    kept = {canonicalize_name(d) for d in keep}
+    return sorted({name for name, dist in installed if canonicalize_name(dist) not in kept})
 
 
 def installed_plugins(path: list[str] | None = None) -> list[tuple[str, str]]:

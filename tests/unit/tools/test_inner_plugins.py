@@ -24,6 +24,11 @@ def test_plugins_of_distributions_outside_the_harness_are_foreign() -> None:
     assert blocking_addopts(["anyio"], " -x ") == "-x -p no:anyio"
 
 
+def _registered(result: pytest.RunResult) -> str:
+    """The third-party plugins an inner `--trace-config` run registered."""
+    return result.stdout.str().split("registered third-party plugins:")[1].split("active plugins:")[0]
+
+
 def _fake_distribution(site: Path) -> None:
     """A distribution with a pytest11 entry point, installed nowhere but on `site`."""
     (site / "foreignplug.py").write_text("def pytest_report_header(config):\n    return 'foreign plugin loaded'\n")
@@ -51,9 +56,8 @@ def test_an_inner_run_blocks_a_foreign_plugin_and_keeps_the_harness_plugins(
     monkeypatch.setenv("PYTEST_ADDOPTS", blocking_addopts(blocks))
     result = pytester.runpytest_subprocess("--trace-config")
     result.assert_outcomes(passed=1)
-    out = result.stdout.str()
-    assert "foreign plugin loaded" not in out
-    registered = out.split("registered third-party plugins:")[1].split("active plugins:")[0]
+    assert "foreign plugin loaded" not in result.stdout.str()
+    registered = _registered(result)
     for name in HARNESS_PLUGINS:
         assert name in registered
 
@@ -67,7 +71,7 @@ def test_pytester_runs_of_this_suite_block_the_foreign_plugins_installed_here(py
     pytester.makepyfile(test_one="def test_one():\n    pass\n")
     result = pytester.runpytest_subprocess("--trace-config")
     result.assert_outcomes(passed=1)
-    registered = result.stdout.str().split("registered third-party plugins:")[1].split("active plugins:")[0]
+    registered = _registered(result)
     foreign_dists = {dist for name, dist in installed_plugins() if name in FOREIGN_PLUGINS}
     assert foreign_dists and not [d for d in foreign_dists if f"  {d}-" in registered], registered
     assert "pytest-testmon-" in registered
