@@ -8,7 +8,8 @@
 # Hugging Face's packages come at the lock's versions even where the machine has its own: the
 # H200 image's transformers imports scikit-learn, scipy and pandas with every model class
 # (3,553 modules, 11.9 s per process there; the lock's imports 1,463), and every policy worker
-# and example script pays it.
+# and example script pays it. huggingface-hub 2 needs httpx2, httpcore2 and truststore, which the
+# image lacks.
 # Ray's wheel is repacked without its Java jars, dashboard source maps and the libraries the
 # tests never import (rllib, tune, train, llm, serve, data: only the dashboard head, off in
 # the tests, loads them), so that the set fits a 64 MiB transfer.
@@ -18,7 +19,7 @@ DIR="${1:-.whl}"
 NEEDED=(ray jsonschema jsonschema-specifications referencing rpds-py omegaconf antlr4-python3-runtime
         math-verify latex2sympy2-extended pytest pluggy iniconfig pytest-xdist execnet pytest-testmon
         pytest-rerunfailures pytest-cov coverage pytest-timeout py-spy
-        transformers huggingface-hub tokenizers safetensors)
+        transformers huggingface-hub tokenizers safetensors httpx2 httpcore2 truststore)
 pattern="^($(IFS='|'; echo "${NEEDED[*]}"))=="
 mapfile -t pins < <(uv export --format requirements-txt --no-hashes --group test --no-emit-project --quiet \
     | grep -E "$pattern" | sed 's/ *;.*//')
