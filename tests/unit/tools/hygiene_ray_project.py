@@ -69,6 +69,9 @@ class LeakyActor:
 
 @ray.remote(num_cpus=0)
 class Sleeper:
+    def ready(self):
+        return True
+
     def nap(self):
         time.sleep(3600)  # STUCK-SLEEP
         return 1
@@ -94,6 +97,11 @@ class Rank:
 
 
 @ray.remote(num_cpus=0)
+def quick_task():
+    return os.getpid()
+
+
+@ray.remote(num_cpus=0)
 def stuck_task():
     time.sleep(3600)  # STUCK-TASK
 
@@ -112,7 +120,7 @@ import pytest
 import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 
-from helpers import LeakyActor, Rank, Sleeper, free_port, stuck_task
+from helpers import LeakyActor, Rank, Sleeper, free_port, quick_task, stuck_task
 
 KEEP = []
 """
@@ -138,19 +146,27 @@ def test_uses_the_module_actor(module_actor):
     ray.get(module_actor.ping.remote())
 """
 
-HANGS_SLEEPING_AND_IN_A_TASK = """\
-@pytest.mark.timeout(15)
-def test_hangs_sleeping(ray_session):
-    ray.get(Sleeper.remote().nap.remote())
+# The hung actor and a task worker start in a class fixture, off the tests' clocks (broader
+# fixtures pause them), so each timeout times the hang alone, not a busy box's worker start-up.
+HANG_TIMEOUT_S = 6
+HANGS_SLEEPING_AND_IN_A_TASK = f"""\
+class TestHangs:
+    @pytest.fixture(scope="class")
+    def sleeper(self, ray_session):
+        sleeper = Sleeper.remote()
+        ray.get([sleeper.ready.remote(), quick_task.remote()])  # the actor is up, a task worker idle
+        yield sleeper
 
+    @pytest.mark.timeout({HANG_TIMEOUT_S})
+    def test_hangs_sleeping(self, sleeper):
+        ray.get(sleeper.nap.remote())
 
-@pytest.mark.timeout(15)
-def test_hangs_in_a_task(ray_session):
-    ray.get(stuck_task.remote())  # cancelled at the timeout (a killed worker would be retried)
+    @pytest.mark.timeout({HANG_TIMEOUT_S})
+    def test_hangs_in_a_task(self, sleeper):
+        ray.get(stuck_task.remote())  # cancelled at the timeout (a killed worker would be retried)
 """
 
-# The ranks import torch and join their group in a class fixture, off the test's clock
-# (broader fixtures pause it), so the timeout times the hang alone, not a busy box's start-up.
+# The same for the collective's ranks, which import torch and join their group in the fixture.
 HANG_IN_A_COLLECTIVE = """\
 class TestCollective:
     @pytest.fixture(scope="class")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 from hygiene_ray_project import (
+    HANG_TIMEOUT_S,
     HANGS_SLEEPING_AND_IN_A_TASK,
     LEAKS,
     check_hang,
@@ -30,7 +31,7 @@ def test_real_ray_a_leaked_actor_is_named_and_hung_actor_methods_fail_with_their
         assert "leaks" not in tests[f"test_scenarios.py::{clean}"], out  # a module fixture's actor is no leak
     result.stdout.fnmatch_lines(["*= leaks: 1 test(s) left resources behind =*", "    actor LeakyActor (id *"])
 
-    check_hang(tests, result, "test_hangs_sleeping", 15, "actor Sleeper.nap", "STUCK-SLEEP")
-    check_hang(tests, result, "test_hangs_in_a_task", 15, "task stuck_task", "STUCK-TASK")
+    check_hang(tests, result, "TestHangs::test_hangs_sleeping", HANG_TIMEOUT_S, "actor Sleeper.nap", "STUCK-SLEEP")
+    check_hang(tests, result, "TestHangs::test_hangs_in_a_task", HANG_TIMEOUT_S, "task stuck_task", "STUCK-TASK")
     # no process of the hung tests is left: killed at the timeout (checked inside the run), gone after it
     assert not wait_until_no_process_titled(("ray::Sleeper", "ray::LeakyActor", "ray::stuck_task"))
