@@ -69,8 +69,8 @@ class LeakyActor:
 
 @ray.remote(num_cpus=0)
 class Sleeper:
-    def ready(self):
-        return True
+    def ping(self):
+        return os.getpid()
 
     def nap(self):
         time.sleep(3600)  # STUCK-SLEEP
@@ -154,7 +154,7 @@ class TestHangs:
     @pytest.fixture(scope="class")
     def sleeper(self, ray_session):
         sleeper = Sleeper.remote()
-        ray.get([sleeper.ready.remote(), quick_task.remote()])  # the actor is up, a task worker idle
+        ray.get([sleeper.ping.remote(), quick_task.remote()])  # the actor is up, a task worker idle
         yield sleeper
 
     @pytest.mark.timeout({HANG_TIMEOUT_S})
