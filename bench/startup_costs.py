@@ -21,11 +21,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bench_common import ROOT, checkout_env, machine, md_table, print_table, today, update_section  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "tests" / "unit" / "tools"))
+from inner_plugins import foreign_plugins, installed_plugins  # noqa: E402
 
 SECTION = "startup-costs"
 
@@ -76,11 +79,20 @@ def cuda_steps() -> dict[str, float]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def nested_pytest(project: Path) -> None:
-    """One trivial test, every installed plugin loaded (the harness's included), as the
-    harness's own tests run their projects."""
+def nested_pytest(project: Path, blocked: Sequence[str] = ()) -> None:
+    """One trivial test, every installed plugin loaded (the harness's included) but the
+    `blocked` ones, which the harness's own tests block in their inner runs."""
     subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(project)],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            *(f"-p no:{p}" for p in blocked),
+            str(project),
+        ],
         cwd=project,
         check=True,
         stdout=subprocess.DEVNULL,
@@ -146,6 +158,7 @@ def main() -> int:
 
     samples: dict[str, list[float]] = {}
     gpu = "no GPU" not in machine()
+    foreign = foreign_plugins(installed_plugins())  # as tests/unit/tools/conftest.py finds them
     with tempfile.TemporaryDirectory() as tmp:
         project = Path(tmp)
         (project / "test_one.py").write_text("def test_one():\n    assert 1 + 1 == 2\n")
@@ -153,6 +166,10 @@ def main() -> int:
             for name, code in PROCESSES.items():
                 samples.setdefault(name, []).append(timed(lambda code=code: run_python(code)))
             samples.setdefault("nested pytest, one test", []).append(timed(lambda: nested_pytest(project)))
+            if foreign:
+                samples.setdefault(f"nested pytest, one test, {len(foreign)} foreign plugins blocked", []).append(
+                    timed(lambda: nested_pytest(project, foreign))
+                )
             for name, took in (cuda_steps() if gpu else {}).items():
                 samples.setdefault(name, []).append(took)
     samples.update(ray_costs(args.repeat))

@@ -72,7 +72,7 @@ def _kill_pids(pid_file: Path) -> None:
 @pytest.mark.skipif(gpu.local_gpu_count() == 0, reason="needs a GPU (NVML sees none); run it on a GPU machine")
 @pytest.mark.timeout(600)
 @pytest.mark.uses_cuda  # CUDA in its child; under -n no other test's actor changes the memory it reads
-def test_a_test_that_leaks_gpu_memory_is_named(pytester: pytest.Pytester) -> None:
+def test_a_test_that_leaks_gpu_memory_is_named(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     pytester.makepyfile(
         test_gpu="""
 import torch
@@ -91,6 +91,8 @@ def test_frees_its_gpu_memory():
     torch.cuda.empty_cache()
 """
     )
+    # It holds the GPU (uses_cuda), so its inner run reads it even when this suite runs under -n.
+    monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--unit-results-dir", "out", timeout=540)
     result.assert_outcomes(passed=2)
     tests = json.loads((pytester.path / "out" / "unit_results.json").read_text())["tests"]
@@ -100,6 +102,56 @@ def test_frees_its_gpu_memory():
     assert grew >= 2048, leak
     assert "leaks" not in tests["test_gpu.py::test_frees_its_gpu_memory"]
     result.stdout.fnmatch_lines(["test_gpu.py::test_holds_gpu_memory: 1 leak(s)", "    gpu memory GPU local:*"])
+
+
+FAKE_NVML = """
+import sys, types
+
+# One GPU whose memory grows by 2 GiB at every reading: a leak whenever the check reads it.
+used = [0]
+def memory_info(handle):
+    used[0] += 2 * 2**30
+    return types.SimpleNamespace(used=used[0])
+
+sys.modules["pynvml"] = types.SimpleNamespace(
+    nvmlInit=lambda: None, nvmlDeviceGetCount=lambda: 1,
+    nvmlDeviceGetHandleByIndex=lambda i: i, nvmlDeviceGetMemoryInfo=memory_info,
+)
+"""
+
+
+def test_gpu_memory_is_not_read_in_a_pytest_that_a_test_of_a_parallel_run_starts(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its sibling workers use the GPU at the same time (the false leak seen on the H200: an
+    inner run charged with another worker's 1.1 GiB)."""
+    inner = pytester.mkdir("inner")
+    (inner / "pyproject.toml").write_text("[tool.testharness.hygiene]\nsettle_s = 0.2\n")
+    (inner / "conftest.py").write_text(FAKE_NVML)
+    (inner / "test_inner.py").write_text("def test_one():\n    pass\n")
+    monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)  # this suite's own -n
+    alone = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--unit-results-dir", "out", inner)
+    alone.stdout.fnmatch_lines(["test_inner.py::test_one: 1 leak(s)", "    gpu memory GPU local:0 *"])
+
+    pytester.makepyfile(
+        test_outer="""
+import subprocess, sys
+
+def run_inner(name):
+    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--unit-results-dir",
+                          f"out_{name}", "inner"], capture_output=True, text=True).stdout
+    assert "1 passed" in out, out
+    assert "leak" not in out, out
+
+def test_a():
+    run_inner("a")
+
+def test_b():
+    run_inner("b")
+"""
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "test_outer.py")
+    result.assert_outcomes(passed=2)
 
 
 def test_a_test_hung_in_its_own_process_fails_at_its_timeout_naming_its_line(pytester: pytest.Pytester) -> None:

@@ -8,7 +8,8 @@ create is theirs, not the test's, and it is checked when their finalizer has run
 teardown of the last test of their scope, and charged there, as "[module fixture 'x']").
 GPU memory: per GPU, the level after teardown against the level before setup plus what a
 broader fixture set up in between took, with `gpu_threshold_mib` of slack; not under xdist
-with several workers (their tests share the GPUs: a reading cannot be charged to one test).
+with several workers (their tests share the GPUs: a reading cannot be charged to one test),
+nor in a pytest that a test of such a run started (it shares them too).
 
 Leaks ride on the teardown report (`testharness_leaks`, which xdist serialises), so the
 tracker writes them under the test in unit_results.json and the process that prints the
@@ -26,6 +27,7 @@ names the stuck actor method, file and line; the stacks go to the report and the
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -43,6 +45,16 @@ _LEAKS = pytest.StashKey[list[core.Leak]]()
 _HANG = pytest.StashKey["hang.Diagnosis"]()
 _HANG_REPORTED = pytest.StashKey[bool]()
 POLL_S = 0.1
+
+
+def _shares_gpus(config: pytest.Config) -> bool:
+    """Whether other tests use this machine's GPUs at the same time: this is an xdist worker
+    of several, or a pytest run inside one (xdist sets PYTEST_XDIST_WORKER_COUNT in its
+    workers' environment, which their child processes and in-process runs inherit)."""
+    workerinput = getattr(config, "workerinput", None)
+    if isinstance(workerinput, dict):
+        return int(workerinput.get("workercount", 1)) > 1
+    return int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1) > 1
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -100,9 +112,7 @@ class _Hygiene:
         self.check = self.settings.leak_check and not opt("no_leak_check", False)
         flag = opt("fail_on_leak", None)
         self.fail_on_leak = self.settings.fail_on_leak if flag is None else bool(flag)
-        workerinput = getattr(self.config, "workerinput", None)
-        shared = isinstance(workerinput, dict) and int(workerinput.get("workercount", 1)) > 1
-        self.gpus = probe.Gpus() if self.check and not shared else None
+        self.gpus = probe.Gpus() if self.check and not _shares_gpus(self.config) else None
 
     # --- the leak check ----------------------------------------------------------------
 
