@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from xdist_project import env_for, run_pytest
 
 from testharness import gpu
 
@@ -150,8 +151,9 @@ def test_b():
     run_inner("b")
 """
     )
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "test_outer.py")
-    result.assert_outcomes(passed=2)
+    # A cluster of its own for this -n run (env_for: not this suite's RAY_ADDRESS, if it has one).
+    proc = run_pytest(pytester.path, "-p", "no:cacheprovider", "-n", "2", "test_outer.py", env=env_for(pytester.path))
+    assert proc.returncode == 0 and "2 passed" in proc.stdout, proc.stdout
 
 
 def test_a_test_hung_in_its_own_process_fails_at_its_timeout_naming_its_line(pytester: pytest.Pytester) -> None:
