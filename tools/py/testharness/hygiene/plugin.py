@@ -47,14 +47,11 @@ _HANG_REPORTED = pytest.StashKey[bool]()
 POLL_S = 0.1
 
 
-def _shares_gpus(config: pytest.Config) -> bool:
+def _shares_gpus() -> bool:
     """Whether other tests use this machine's GPUs at the same time: this is an xdist worker
-    of several, or a pytest run inside one (xdist sets PYTEST_XDIST_WORKER_COUNT in its
-    workers' environment, which their child processes and in-process runs inherit)."""
-    workerinput = getattr(config, "workerinput", None)
-    if isinstance(workerinput, dict):
-        return int(workerinput.get("workercount", 1)) > 1
-    return int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1) > 1
+    of several, or a pytest run inside one. xdist sets PYTEST_XDIST_WORKER_COUNT in a worker's
+    environment before its config exists; child processes and in-process runs inherit it."""
+    return int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1) > 1
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -112,7 +109,7 @@ class _Hygiene:
         self.check = self.settings.leak_check and not opt("no_leak_check", False)
         flag = opt("fail_on_leak", None)
         self.fail_on_leak = self.settings.fail_on_leak if flag is None else bool(flag)
-        self.gpus = probe.Gpus() if self.check and not _shares_gpus(self.config) else None
+        self.gpus = probe.Gpus() if self.check and not _shares_gpus() else None
 
     # --- the leak check ----------------------------------------------------------------
 
