@@ -2,13 +2,16 @@
 
 `pytest_plugins` is only allowed in the root conftest, so the pytester plugin is loaded
 here, when this conftest is registered (pytest_configure is a historic hook: it runs for
-late conftests too, and pytester's options are then added with their defaults).
+late conftests too, and pytester's options are then added with their defaults). Its
+`sys.modules` restore is replaced by one without a gap that importing threads can fall into
+(pytester_modules.py).
 """
 
 import os
 
 import pytest
 from inner_plugins import blocking_addopts, foreign_plugins, installed_plugins
+from pytester_modules import install as install_gapless_modules_restore
 
 FOREIGN_PLUGINS = foreign_plugins(installed_plugins())
 
@@ -16,6 +19,7 @@ FOREIGN_PLUGINS = foreign_plugins(installed_plugins())
 def pytest_configure(config: pytest.Config) -> None:
     if not config.pluginmanager.has_plugin("pytester"):
         config.pluginmanager.import_plugin("pytester")
+    install_gapless_modules_restore()
 
 
 @pytest.fixture(autouse=True)
