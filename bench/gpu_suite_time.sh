@@ -20,6 +20,10 @@ export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 export PATH="/tmp/site/bin:$PATH"  # console scripts of the wheels (py-spy for the hang dumps)
 
 if [[ "$MODE" == start ]]; then
+    # The suite runs from a copy: the device tool copies the working tree over the checkout
+    # again for the `wait` call, which would land under the running suite.
+    rm -rf "$WORK/repo" && mkdir "$WORK/repo" || exit 2
+    tar --exclude=./.venv --exclude=./.git -cf - . | tar -xf - -C "$WORK/repo" && cd "$WORK/repo" || exit 2
     mapfile -t todo < <(python3 - "$WHEELS" <<'EOF'
 import importlib.metadata as md, pathlib, sys
 always = {"pytest", "pluggy", "iniconfig", "pytest_xdist", "execnet", "pytest_testmon",
