@@ -88,11 +88,11 @@ def serial(ast_only: bool = False) -> Iterator[None]:
     original, threshold = lexical.read, engine.PARALLEL_MIN_FILES
     engine.PARALLEL_MIN_FILES = 1 << 60
     if ast_only:
-        lexical.read = lambda source: None  # type: ignore[assignment]
+        lexical.read = lambda source: None
     try:
         yield
     finally:
-        lexical.read, engine.PARALLEL_MIN_FILES = original, threshold  # type: ignore[assignment]
+        lexical.read, engine.PARALLEL_MIN_FILES = original, threshold
 
 
 def _cpu() -> float:

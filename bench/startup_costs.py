@@ -22,7 +22,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bench_common import ROOT, checkout_env, machine, md_table, print_table, today, update_section  # noqa: E402
@@ -76,7 +78,8 @@ print(json.dumps(steps))
 def cuda_steps() -> dict[str, float]:
     """Inside one fresh process: the GPU's own start-up costs."""
     proc = subprocess.run([sys.executable, "-c", CUDA_STEPS], check=True, capture_output=True, text=True)
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    steps: dict[str, float] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return steps
 
 
 def nested_pytest(project: Path, blocked: Sequence[str] = ()) -> None:
@@ -125,26 +128,29 @@ def ray_costs(repeat: int) -> dict[str, list[float]]:
         def ready(self) -> bool:
             return True
 
-    def spawn(make: Callable[[], object]) -> None:
+    bare: Any = Bare  # mypy reads ray.remote's result as the class itself, without .remote
+    with_torch: Any = WithTorch
+
+    def spawn(make: Callable[[], Any]) -> None:
         actor = make()
-        ray.get(actor.ready.remote())  # type: ignore[attr-defined]
-        ray.kill(actor)  # type: ignore[arg-type]
+        ray.get(actor.ready.remote())
+        ray.kill(actor)
 
     for _ in range(repeat):
         began = time.perf_counter()
         ray.init(address="local", include_dashboard=False, _node_ip_address="127.0.0.1")
         out.setdefault("ray.init (a new local cluster)", []).append(time.perf_counter() - began)
         gpus = int(ray.cluster_resources().get("GPU", 0))
-        cases: dict[str, Callable[[], object]] = {
-            "actor spawn until ready: bare": lambda: Bare.remote(),
-            "actor spawn until ready: imports torch (CPU)": lambda: WithTorch.remote(False),
+        cases: dict[str, Callable[[], Any]] = {
+            "actor spawn until ready: bare": bare.remote,
+            "actor spawn until ready: imports torch (CPU)": partial(with_torch.remote, False),
         }
         if gpus:
-            cases["actor spawn until ready: torch, CUDA context, a matmul (1 GPU)"] = lambda: WithTorch.options(
-                num_gpus=1
-            ).remote(True)
+            cases["actor spawn until ready: torch, CUDA context, a matmul (1 GPU)"] = partial(
+                with_torch.options(num_gpus=1).remote, True
+            )
         for name, make in cases.items():
-            out.setdefault(name, []).append(timed(lambda make=make: spawn(make)))
+            out.setdefault(name, []).append(timed(partial(spawn, make)))
         out.setdefault("ray.shutdown", []).append(timed(ray.shutdown))
     return out
 
@@ -164,7 +170,7 @@ def main() -> int:
         (project / "test_one.py").write_text("def test_one():\n    assert 1 + 1 == 2\n")
         for _ in range(args.repeat):
             for name, code in PROCESSES.items():
-                samples.setdefault(name, []).append(timed(lambda code=code: run_python(code)))
+                samples.setdefault(name, []).append(timed(partial(run_python, code)))
             samples.setdefault("nested pytest, one test", []).append(timed(lambda: nested_pytest(project)))
             if foreign:
                 samples.setdefault(f"nested pytest, one test, {len(foreign)} foreign plugins blocked", []).append(

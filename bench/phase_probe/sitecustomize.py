@@ -68,8 +68,9 @@ def _after_import(module: Any) -> None:
         module._lazy_init = _timed("CUDA context", module._lazy_init, min_s=0.001)
     elif name == "torch.distributed.distributed_c10d":
         module.init_process_group = _timed("torch.distributed init (NCCL/gloo)", module.init_process_group)
-        if "torch.distributed" in sys.modules:
-            sys.modules["torch.distributed"].init_process_group = module.init_process_group
+        package: Any = sys.modules.get("torch.distributed")
+        if package is not None:
+            package.init_process_group = module.init_process_group
     elif name == "transformers.modeling_utils":
         _patch_method(module.PreTrainedModel, "from_pretrained", "model load (from_pretrained)")
     elif name == "_pytest.runner":
