@@ -1,0 +1,63 @@
+"""Does Ray place GPU requests in the order they came? (the -n tail on one GPU, issue 17)
+
+On a real local Ray cluster that declares one logical GPU (no GPU needed): a quarter of the GPU
+is held; a placement group asks for the whole GPU, then another asks for a quarter. Printed:
+each request's state, then again after the first quarter is released. Under `-n` a test module
+whose worker takes a whole GPU waits this way behind the quarter-GPU tests of other workers.
+
+    uv run --group test python bench/ray_gpu_queue.py
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _bench_common import machine, print_table  # noqa: E402
+
+SETTLE_S = 5.0  # far above Ray's scheduling round trip on a local cluster (milliseconds)
+
+
+def main() -> int:
+    import ray
+    from ray.util.placement_group import (
+        PlacementGroup,
+        placement_group,
+        placement_group_table,
+        remove_placement_group,
+    )
+
+    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False)
+    try:
+
+        def request(gpu: float) -> PlacementGroup:
+            pg: PlacementGroup = placement_group([{"GPU": gpu, "CPU": 0.1}])
+            return pg
+
+        def state(pg: PlacementGroup) -> str:
+            return str(placement_group_table(pg)["state"])
+
+        held = request(0.25)
+        ray.get(held.ready(), timeout=60)
+        whole = request(1.0)
+        time.sleep(SETTLE_S)
+        later = request(0.25)
+        time.sleep(SETTLE_S)
+        rows = [["a quarter held; whole GPU asked, then a quarter", state(whole), state(later)]]
+        remove_placement_group(held)
+        time.sleep(2 * SETTLE_S)
+        rows.append(["the held quarter released", state(whole), state(later)])
+    finally:
+        ray.shutdown()
+    print_table(
+        f"Ray {ray.__version__} placement order, one logical GPU ({machine()})",
+        ["moment", "whole GPU (asked first)", "quarter (asked later)"],
+        rows,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
