@@ -9,12 +9,12 @@
 #   bash .ci/testmon_walk.sh      (after `uv sync --group test` and the test assets)
 #   PYTEST_CMD="python3 -m pytest" bash .ci/testmon_walk.sh     (a machine without uv)
 # WALK_TESTS: the test paths (default tests/unit); WALK_LOGS: where each step's output goes;
-# WALK_SEED_ARGS: more arguments for the seed only (e.g. "-n 2": the state an -n run records
-# serves the serial runs after it).
+# WALK_PARALLEL_ARGS: more arguments for the seed, the broken and the fixed step (e.g. "-n 2":
+# faster, and the steps between, run without them, read the state those recorded, and the reverse).
 set -euo pipefail
 read -r -a PYTEST <<<"${PYTEST_CMD:-uv run --group test pytest}"
 read -r -a TESTS <<<"${WALK_TESTS:-tests/unit}"
-read -r -a SEED_ARGS <<<"${WALK_SEED_ARGS:-}"
+read -r -a PARALLEL <<<"${WALK_PARALLEL_ARGS:-}"
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 WORK=$(mktemp -d /tmp/testmon_walk.XXXXXX)
 RAYDIRS=$(mktemp -d /tmp/twray.XXXX)  # short: Ray's socket paths must stay under ~107 characters
@@ -82,15 +82,15 @@ edit() {
 }
 
 echo "testmon walk in $WORK (edits $TARGET: generate)"
-walk seed 0 all "${SEED_ARGS[@]}"
+walk seed 0 all "${PARALLEL[@]}"
 walk no-change 0 none  # testmon exits 0 when it deselected everything
 edit "        cfg = dict(cfg)  # a copy: same behaviour"
 walk same-behaviour-edit 0 passed
 walk again 0 none
 edit "        raise RuntimeError('broken on purpose by .ci/testmon_walk.sh')"
-walk broken 1 failed
+walk broken 1 failed "${PARALLEL[@]}"
 walk still-broken 1 failed
 cp "$ORIG" "$TARGET"
-walk fixed 0 passed
+walk fixed 0 passed "${PARALLEL[@]}"
 walk after-fix 0 none
 echo "testmon walk: OK"
