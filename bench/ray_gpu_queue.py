@@ -5,22 +5,28 @@ is held; a placement group asks for the whole GPU, then another asks for a quart
 each request's state, then again after the first quarter is released. Under `-n` a test module
 whose worker takes a whole GPU waits this way behind the quarter-GPU tests of other workers.
 
-    uv run --group test python bench/ray_gpu_queue.py
+    uv run --group test python bench/ray_gpu_queue.py [--no-docs]
+
+Writes its table to docs/benchmarks.md's section "ray-gpu-queue" unless --no-docs.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _bench_common import machine, print_table  # noqa: E402
+from _bench_common import machine, md_table, print_table, today, update_section  # noqa: E402
 
 SETTLE_S = 5.0  # far above Ray's scheduling round trip on a local cluster (milliseconds)
 
 
 def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--no-docs", action="store_true", help="print only; do not touch docs/benchmarks.md")
+    args = ap.parse_args()
     import ray
     from ray.util.placement_group import (
         PlacementGroup,
@@ -51,11 +57,17 @@ def main() -> int:
         rows.append(["the held quarter released", state(whole), state(later)])
     finally:
         ray.shutdown()
-    print_table(
-        f"Ray {ray.__version__} placement order, one logical GPU ({machine()})",
-        ["moment", "whole GPU (asked first)", "quarter (asked later)"],
-        rows,
-    )
+    header = ["moment", "whole GPU (asked first)", "quarter (asked later)"]
+    print_table(f"Ray {ray.__version__} placement order, one logical GPU", header, rows)
+    if not args.no_docs:
+        update_section(
+            "ray-gpu-queue",
+            "## Ray's placement order for GPU requests (bench/ray_gpu_queue.py, issue 17)\n\n"
+            f"Measured {today()} on {machine()}, Ray {ray.__version__}, a local cluster declaring one "
+            f"logical GPU; the whole GPU is asked {SETTLE_S:g} s before the second quarter.\n\n"
+            + md_table(header, rows)
+            + "\n",
+        )
     return 0
 
 
