@@ -9,8 +9,8 @@
 #   bash .ci/testmon_walk.sh      (after `uv sync --group test` and the test assets)
 #   PYTEST_CMD="python3 -m pytest" bash .ci/testmon_walk.sh     (a machine without uv)
 # WALK_TESTS: the test paths (default tests/unit); WALK_LOGS: where each step's output goes;
-# WALK_PARALLEL_ARGS: more arguments for the seed, the broken and the fixed step (e.g. "-n 2":
-# faster, and the steps between, run without them, read the state those recorded, and the reverse).
+# WALK_PARALLEL_ARGS: more arguments for the seed, the broken and the fixed step (e.g. "-n 2",
+# faster); the serial steps between read the state those runs recorded, and the reverse.
 set -euo pipefail
 read -r -a PYTEST <<<"${PYTEST_CMD:-uv run --group test pytest}"
 read -r -a TESTS <<<"${WALK_TESTS:-tests/unit}"

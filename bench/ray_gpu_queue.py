@@ -35,16 +35,15 @@ def main() -> int:
         remove_placement_group,
     )
 
+    def request(gpu: float) -> PlacementGroup:
+        pg: PlacementGroup = placement_group([{"GPU": gpu, "CPU": 0.1}])
+        return pg
+
+    def state(pg: PlacementGroup) -> str:
+        return str(placement_group_table(pg)["state"])
+
     ray.init(num_cpus=2, num_gpus=1, include_dashboard=False)
     try:
-
-        def request(gpu: float) -> PlacementGroup:
-            pg: PlacementGroup = placement_group([{"GPU": gpu, "CPU": 0.1}])
-            return pg
-
-        def state(pg: PlacementGroup) -> str:
-            return str(placement_group_table(pg)["state"])
-
         held = request(0.25)
         ray.get(held.ready(), timeout=60)
         whole = request(1.0)
