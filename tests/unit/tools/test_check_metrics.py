@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import json
 import math
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -327,7 +328,7 @@ HOSTILE = [
     ("(lambda: 1)()", "lambda is not allowed"),
     (
         'data["x"]()',
-        "only calls of abs, len, max, mean, median, min, ratio_above are allowed",
+        "only calls of abs, all_finite, len, max, mean, median, min, ratio_above are allowed",
     ),
     ("lambda: 1", "lambda is not allowed"),
     ("[x for x in data]", "list comprehension is not allowed"),
@@ -573,3 +574,25 @@ def test_json_report_keeps_a_nan_value(metrics_file: Path, tmp_path: Path) -> No
     (row,) = json.loads(out_json.read_text())["results"]
     assert math.isnan(row["value"])
     assert row["message"] == 'FAIL: data["loss"]["1"] < 1 (condition evaluated to False)'
+
+
+def test_evaluate_check_is_upstreams_passed_message_value_triple() -> None:
+    # Upstream NeMo RL's own tests unpack, index and compare the result as a 3-tuple.
+    passed, message, value = evaluate_check({"acc": {"1": 0.9, "2": 0.95}}, "mean(data['acc']) > 0.85")
+    assert (passed, message, value) == (True, "PASS: mean(data['acc']) > 0.85", 0.925)
+    failed = evaluate_check({"acc": {"1": 0.9}}, "mean(data['missing']) > 0.5")
+    assert failed[0] is False and failed[2] is None and len(failed) == 3
+    assert failed == (False, "FAIL: mean(data['missing']) > 0.5 (key not found: 'missing')", None)
+    assert (failed.check, failed.reason) == ("mean(data['missing']) > 0.5", "key not found: 'missing'")
+    # It survives pickling (xdist, Ray) and copying with its extra attributes.
+    clone = pickle.loads(pickle.dumps(failed))
+    assert clone == failed and (clone.check, clone.reason) == (failed.check, failed.reason)
+
+
+@pytest.mark.parametrize(
+    ("series", "expected"),
+    [({}, False), ({"1": 1.0, "2": "-2.5"}, True), ({"1": 1.0, "2": math.nan}, False), ({"1": math.inf}, False)],
+)
+def test_all_finite(series: dict[str, Any], expected: bool) -> None:
+    assert checks.all_finite(series) is expected
+    assert evaluate_check({"s": series}, 'all_finite(data["s"])').passed is expected

@@ -6,11 +6,12 @@ what a check may call, `cli` the table, the JSON report and the command line
 """
 
 from testharness.checks.evaluator import CheckResult, evaluate_check, run_checks
-from testharness.checks.functions import ALLOWED_FUNCTIONS, max, mean, median, min, ratio_above
+from testharness.checks.functions import ALLOWED_FUNCTIONS, all_finite, max, mean, median, min, ratio_above
 
 __all__ = [
     "ALLOWED_FUNCTIONS",
     "CheckResult",
+    "all_finite",
     "evaluate_check",
     "max",
     "mean",

@@ -5,7 +5,8 @@ and evaluated by walking a whitelist of node types; the string is never given to
 `eval`/`exec`/`compile`, so no input can run code. Everything outside the whitelist is
 refused before anything is evaluated, with a reason that says what was refused.
 
-`evaluate_check` returns a `CheckResult` (check, value, passed, reason) and never raises;
+`evaluate_check` returns a `CheckResult`, upstream's `(passed, message, value)` tuple that
+also carries `check` and `reason`, and never raises;
 the table, the JSON report and the command line are in `checks.cli`.
 """
 
@@ -15,8 +16,7 @@ import ast
 import math
 import operator
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from testharness.checks.functions import ALLOWED_FUNCTIONS
 
@@ -29,19 +29,31 @@ MAX_SEQUENCE_RESULT = 100_000  # longest str/list a `*` or `+` may build
 MAX_INT_BITS = 100_000  # biggest int a `*` may build (big-int products cost quadratic time)
 
 
-@dataclass(frozen=True)
-class CheckResult:
-    """One evaluated check. `reason` is "" when it passed, else why it failed."""
-
-    check: str  # as written, stripped (the repr of a non-string check)
-    value: Any  # left-hand side of the first comparison (the whole value without one); None after an error
+class _Outcome(NamedTuple):
     passed: bool
+    message: str  # `PASS: <check>` or `FAIL: <check> (<reason>)`
+    value: Any  # left-hand side of the first comparison (the whole value without one); None after an error
+
+
+class CheckResult(_Outcome):
+    """One evaluated check: upstream's `(passed, message, value)` triple, a real tuple.
+
+    `passed, message, value = evaluate_check(...)`, `[0]` and comparison with a plain tuple
+    work as in upstream NeMo RL's check_metrics; `check` (as written, stripped) and `reason`
+    ("" when it passed) ride along as attributes, so no caller cuts them out of the message.
+    """
+
+    check: str
     reason: str
 
-    @property
-    def message(self) -> str:
-        """`PASS: <check>` or `FAIL: <check> (<reason>)`."""
-        return f"PASS: {self.check}" if self.passed else f"FAIL: {self.check} ({self.reason})"
+    def __new__(cls, check: str, value: Any, passed: bool, reason: str) -> CheckResult:
+        message = f"PASS: {check}" if passed else f"FAIL: {check} ({reason})"
+        self = super().__new__(cls, passed, message, value)
+        self.check, self.reason = check, reason
+        return self
+
+    def __getnewargs__(self) -> tuple[str, Any, bool, str]:  # pickling and copy rebuild through __new__
+        return (self.check, self.value, self.passed, self.reason)
 
 
 # ----------------------------------------------------------------------------------

@@ -56,6 +56,12 @@ def ratio_above(value: Any, threshold: float) -> float:
     return sum(1 for v in vals if v >= threshold) / len(vals)
 
 
+def all_finite(value: Any) -> bool:
+    """True when the series has at least one value and every value is finite (no NaN, no inf)."""
+    vals = _values((value,), "all_finite")
+    return bool(vals) and all(math.isfinite(v) for v in vals)
+
+
 def _series_items(value: Any, name: str) -> list[tuple[int, float]]:
     """(step, float value) pairs of a series: a {"<step>": v} dict, or a list (steps from 1)."""
     if isinstance(value, Mapping):
@@ -122,6 +128,7 @@ ALLOWED_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "mean": mean,
     "median": median,
     "ratio_above": ratio_above,
+    "all_finite": all_finite,
     "len": builtins.len,
     "abs": builtins.abs,
 }
