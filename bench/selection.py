@@ -445,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--harness-tests",
-        default="tests/unit/tools",
+        default="tools/py/tests",
         help="the harness's own tests, left out of the second cost denominator",
     )
     ap.add_argument(

@@ -164,7 +164,7 @@ def main() -> int:
 
     samples: dict[str, list[float]] = {}
     gpu = "no GPU" not in machine()
-    foreign = foreign_plugins(installed_plugins())  # as tests/unit/tools/conftest.py finds them
+    foreign = foreign_plugins(installed_plugins())  # as tools/py/tests/conftest.py finds them
     with tempfile.TemporaryDirectory() as tmp:
         project = Path(tmp)
         (project / "test_one.py").write_text("def test_one():\n    assert 1 + 1 == 2\n")

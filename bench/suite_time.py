@@ -52,7 +52,7 @@ DURATION_RE = re.compile(r"^\s*([0-9.]+)s\s+(setup|call|teardown)\s+(\S.*)$")
 FINAL_RE = re.compile(r"^=+ (.*) in ([0-9.]+)s(?: \([0-9:]+\))? =+$")
 RAY_LINE = "Started a local Ray instance"
 PROBE = Path(__file__).resolve().parent / "phase_probe"
-TOOLS_TESTS = "tests/unit/tools/"  # the harness's own (pytester) tests
+TOOLS_TESTS = "tools/py/tests/"  # the harness's own (pytester) suite, when a run includes it
 SUITE_TESTS = "tests/unit/"  # the run's own tests (nested runs' tests have other node ids)
 TEST_PHASE = "test (setup to teardown)"  # phase_probe's per-test record: the timeline
 TIMELINE_HEADER = ["test", "process", "start", "end", "took"]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the hermetic test image (docker/Dockerfile). See docs/docker.md.
 #
-#   bash docker/build.sh [--tag T] [--mcore] [--base IMAGE] [--rebuild-base] [--no-cache]
+#   bash docker/build.sh [--tag T] [--python 3.11|3.13] [--mcore] [--base IMAGE] [--rebuild-base] [--no-cache]
 #
 # The image holds the project's dependencies only (uv.lock, group `test`); the repository
 # itself is mounted at run time by tests/run_*_in_docker.sh.
@@ -9,15 +9,18 @@ set -euo pipefail
 
 usage() {
   cat <<'EOF'
-Usage: bash docker/build.sh [--tag T] [--mcore] [--base IMAGE] [--rebuild-base] [--no-cache]
+Usage: bash docker/build.sh [--tag T] [--python 3.11|3.13] [--mcore] [--base IMAGE] [--rebuild-base] [--no-cache]
 
-  --tag T          image tag (default: nemo-rl-test:latest, or nemo-rl-test:mcore with --mcore)
+  --tag T          image tag (default: nemo-rl-test:latest, nemo-rl-test:mcore with --mcore,
+                   nemo-rl-test:py3.13 with --python 3.13)
+  --python V       3.11 (default: Debian 12 bookworm, Python 3.11.2 from Debian) or 3.13
+                   (Debian 13 trixie); the base image and DEBIAN_SUITE follow
   --mcore          also install the `mcore` extra (megatron-core)
-  --base IMAGE     base image (default: $BASE_IMAGE or python:3.11-slim-bookworm)
+  --base IMAGE     base image (default: $BASE_IMAGE or python:V-slim-<suite>)
   --rebuild-base   rebuild the local Debian base even if it exists (only when the base cannot be pulled)
   --no-cache       do not reuse cached layers
 
-Environment: DEBIAN_MIRROR (else read from /etc/apt/sources*), DEBIAN_SUITE (default bookworm),
+Environment: DEBIAN_MIRROR (else read from /etc/apt/sources*), DEBIAN_SUITE (default: by --python),
 CA_BUNDLE (default /etc/ssl/certs/ca-certificates.crt), UV_VERSION (default: the host's uv),
 HTTP_PROXY/HTTPS_PROXY/NO_PROXY (forwarded to the build when set), DOCKER_BUILDER
 (auto|buildx|buildkit|legacy, default auto).
@@ -28,7 +31,8 @@ die() { echo "docker/build.sh: $*" >&2; exit 2; }
 
 TAG=""
 MCORE=0
-BASE_IMAGE="${BASE_IMAGE:-python:3.11-slim-bookworm}"
+BASE_IMAGE="${BASE_IMAGE:-}"
+PYTHON_VERSION=3.11
 REBUILD_BASE=0
 NO_CACHE=()
 while [[ $# -gt 0 ]]; do
@@ -36,6 +40,8 @@ while [[ $# -gt 0 ]]; do
     --tag) [[ $# -ge 2 ]] || die "--tag needs a value"; TAG="$2"; shift 2 ;;
     --tag=*) TAG="${1#--tag=}"; shift ;;
     --mcore) MCORE=1; shift ;;
+    --python) [[ $# -ge 2 ]] || die "--python needs a value"; PYTHON_VERSION="$2"; shift 2 ;;
+    --python=*) PYTHON_VERSION="${1#--python=}"; shift ;;
     --base) [[ $# -ge 2 ]] || die "--base needs a value"; BASE_IMAGE="$2"; shift 2 ;;
     --base=*) BASE_IMAGE="${1#--base=}"; shift ;;
     --rebuild-base) REBUILD_BASE=1; shift ;;
@@ -44,11 +50,23 @@ while [[ $# -gt 0 ]]; do
     *) usage >&2; die "unknown argument: $1" ;;
   esac
 done
-[[ -n "$TAG" ]] || { if [[ $MCORE == 1 ]]; then TAG="nemo-rl-test:mcore"; else TAG="nemo-rl-test:latest"; fi; }
+# The Debian release whose own python3 is that version (the one a user on that release has).
+case "$PYTHON_VERSION" in
+  3.11) SUITE_FOR_PYTHON=bookworm ;;
+  3.13) SUITE_FOR_PYTHON=trixie ;;
+  *) usage >&2; die "--python must be 3.11 or 3.13 (the Pythons of Debian 12 and 13), got '$PYTHON_VERSION'" ;;
+esac
+if [[ -z "$TAG" ]]; then  # latest, mcore, py3.13, py3.13-mcore
+  variant=""
+  [[ $PYTHON_VERSION == 3.11 ]] || variant="py$PYTHON_VERSION"
+  [[ $MCORE == 0 ]] || variant="${variant:+$variant-}mcore"
+  TAG="nemo-rl-test:${variant:-latest}"
+fi
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 APT_ETC="${NRL_APT_ETC:-/etc/apt}"   # overridable so tests can point at fake apt sources
-DEBIAN_SUITE="${DEBIAN_SUITE:-bookworm}"  # bookworm ships Python 3.11
+DEBIAN_SUITE="${DEBIAN_SUITE:-$SUITE_FOR_PYTHON}"
+BASE_IMAGE="${BASE_IMAGE:-python:$PYTHON_VERSION-slim-$DEBIAN_SUITE}"
 LOCAL_BASE="nemo-rl-base:debian-${DEBIAN_SUITE}"
 
 command -v docker >/dev/null 2>&1 || die "docker not found on PATH (install docker.io or Docker Engine)"
@@ -186,7 +204,8 @@ if [[ -z "$uv_version" ]] && command -v uv >/dev/null 2>&1; then
   uv_version="$(uv --version 2>/dev/null | awk '{print $2}')" || uv_version=""
 fi
 
-args=(--tag "$TAG" --file "$ctx/Dockerfile" --build-arg "BASE_IMAGE=$base" "${NO_CACHE[@]}")
+args=(--tag "$TAG" --file "$ctx/Dockerfile" --build-arg "BASE_IMAGE=$base" --build-arg "PYTHON_VERSION=$PYTHON_VERSION"
+  "${NO_CACHE[@]}")
 [[ -n "$uv_version" ]] && args+=(--build-arg "UV_VERSION=$uv_version")
 [[ $MCORE == 1 ]] && args+=(--build-arg "UV_EXTRAS=--extra mcore")
 for v in HTTP_PROXY HTTPS_PROXY NO_PROXY http_proxy https_proxy no_proxy; do

@@ -1,4 +1,5 @@
-"""The harness's own tests drive inner pytest runs with the `pytester` fixture.
+"""The harness package's own suite (`uv run --group test pytest tools/py/tests`, config in
+tools/py/pyproject.toml). Its tests drive inner pytest runs with the `pytester` fixture.
 
 `pytest_plugins` is only allowed in the root conftest, so the pytester plugin is loaded
 here, when this conftest is registered (pytest_configure is a historic hook: it runs for
@@ -8,12 +9,22 @@ late conftests too, and pytester's options are then added with their defaults). 
 """
 
 import os
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from inner_plugins import blocking_addopts, foreign_plugins, installed_plugins
 from pytester_modules import install as install_gapless_modules_restore
 
 FOREIGN_PLUGINS = foreign_plugins(installed_plugins())
+
+# Every Ray cluster these tests start, here or in an inner run: workers at normal priority
+# (Ray renices them to 15: beside a busy process an actor gets ~3% of a core), this
+# interpreter and environment as they are (under `uv run`, Ray would otherwise build a uv
+# environment per job), and no idle worker prestarted per CPU.
+os.environ.setdefault("RAY_worker_niceness", "0")
+os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -45,6 +56,21 @@ def _inner_runs_start_clean(request: pytest.FixtureRequest, monkeypatch: pytest.
         request.getfixturevalue("pytester")
     if FOREIGN_PLUGINS:
         monkeypatch.setenv("PYTEST_ADDOPTS", blocking_addopts(FOREIGN_PLUGINS, os.environ.get("PYTEST_ADDOPTS", "")))
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[Any]:
+    """One Ray cluster for the tests that call Ray in this process (joined when one is running)."""
+    import ray
+
+    started = not ray.is_initialized()
+    if started and os.environ.get("RAY_ADDRESS"):  # the cluster of this run's -n workers
+        ray.init(log_to_driver=False)
+    elif started:
+        ray.init(num_cpus=max(os.cpu_count() or 1, 4), include_dashboard=False, log_to_driver=False)
+    yield ray
+    if started:
+        ray.shutdown()
 
 
 # The Ray cluster that the `-n` tests' runs join (test_parallel*.py).

@@ -20,7 +20,7 @@ from testharness import __main__ as cli
 from testharness import unit_runner
 from testharness.settings import load_settings
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = sorted(
     {
         *REPO.glob("tests/*.sh"),

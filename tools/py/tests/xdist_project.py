@@ -20,7 +20,7 @@ from typing import Any
 import psutil
 import pytest
 
-RUN_UNIT = Path(__file__).resolve().parents[2] / "run_unit.sh"
+RUN_UNIT = Path(__file__).resolve().parents[3] / "tests" / "run_unit.sh"  # this repository's
 PLUGIN = ["-p", "testharness.parallel"]  # as where the harness is not installed (-p, never twice)
 
 PYPROJECT = """

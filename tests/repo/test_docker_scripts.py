@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 BASH = shutil.which("bash") or "/bin/bash"
 
 FAKE_DOCKER = f"""#!{sys.executable}
@@ -457,6 +457,33 @@ def test_build_without_registry_debootstraps_from_the_apt_mirror(
     assert "URIs: http://mirror.example/debian-security\nSuites: bookworm-security" in sources
     call = _build_call(f)
     assert "BASE_IMAGE=nemo-rl-base:debian-bookworm" in _pairs(call["argv"], "--build-arg")
+
+
+@pytest.mark.parametrize(
+    ("flags", "tag"),
+    [(["--python", "3.13"], "nemo-rl-test:py3.13"), (["--python=3.13", "--mcore"], "nemo-rl-test:py3.13-mcore")],
+)
+def test_build_for_python_3_13_uses_debian_13(
+    fake_repo: Path, build_env: tuple[Fakes, dict[str, str], Path], tmp_path: Path, flags: list[str], tag: str
+) -> None:
+    # Debian 13's own python3 is 3.13: without a registry the base is a trixie debootstrap.
+    f, env, apt = build_env
+    (apt / "sources.list.d" / "debian.sources").write_text(DEB822)
+    res = _run(fake_repo, "docker/build.sh", flags, env)
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "debootstrap.args").read_text().split()[1] == "trixie"
+    argv = _build_call(f)["argv"]
+    assert _pairs(argv, "--tag") == [tag]
+    assert {"BASE_IMAGE=nemo-rl-base:debian-trixie", "PYTHON_VERSION=3.13"} <= set(_pairs(argv, "--build-arg"))
+
+
+def test_build_refuses_a_python_without_a_debian_release(
+    fake_repo: Path, build_env: tuple[Fakes, dict[str, str], Path]
+) -> None:
+    f, env, _ = build_env
+    res = _run(fake_repo, "docker/build.sh", ["--python", "3.12"], env)
+    assert res.returncode == 2 and "--python must be 3.11 or 3.13" in res.stderr
+    assert not [c for c in f.calls() if "--tag" in c["argv"]]
 
 
 def test_build_reads_one_line_sources_and_skips_disabled_entries(

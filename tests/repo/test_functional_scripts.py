@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 FUNCTIONAL = REPO_ROOT / "tests" / "functional"
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")

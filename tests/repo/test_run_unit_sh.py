@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "run_unit.sh"
+SCRIPT = Path(__file__).resolve().parents[1] / "run_unit.sh"
 
 
 @pytest.fixture

@@ -32,7 +32,7 @@ def _remote_len(value: Any) -> int:
 
 @pytest.fixture(autouse=True)
 def _ship_this_module_by_value() -> None:
-    # tests/unit/tools is not a package, so Ray workers could not import this module by name.
+    # tools/py/tests is not a package, so Ray workers could not import this module by name.
     from ray import cloudpickle
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])

@@ -25,7 +25,7 @@ from testharness import interrupts
 START_WAIT_S = 300
 STOP_WAIT_S = 300
 
-RUN_UNIT = Path(__file__).resolve().parents[2] / "run_unit.sh"
+RUN_UNIT = Path(__file__).resolve().parents[3] / "tests" / "run_unit.sh"  # this repository's
 
 # test_a passes; test_b announces that it runs (a file) and then waits to be stopped.
 SLOW_TESTS = """
