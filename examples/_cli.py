@@ -63,13 +63,54 @@ def ensure_test_assets(paths: list[str]) -> None:
 # ---------------------------------------------------------------- failures as one line
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_RAY_PLACE = re.compile(r"ray::([\w.]+)\(\)")  # "ray::DTensorPolicyWorker.train()"
+_RAY_PLACE = re.compile(r"ray::([\w.]+)")  # "ray::DTensorPolicyWorker.train()", a worker's process title
 _RAY_CLASS = re.compile(r"class_name: (\w+)")  # an actor that died without an error of its own
+_FRAME = re.compile(r'\s*File "[^"]*", line \d+(?:, in .+)?')  # a traceback frame: `File "x.py", line 3, in f`
+_RAISED = re.compile(r"\s*(?:[A-Za-z_]\w*\.)*([A-Z]\w*)(?:: (.*))?")  # `pkg.mod.SomeError: message`
+
+
+def _lines(text: str) -> list[str]:
+    return [line.rstrip() for line in _ANSI.sub("", text).splitlines() if line.strip()]
 
 
 def _first_line(text: str) -> str:
-    lines = [line.strip() for line in _ANSI.sub("", text).splitlines() if line.strip()]
-    return lines[0] if lines else ""
+    lines = _lines(text)
+    return lines[0].strip() if lines else ""
+
+
+def exception_line_in(text: str) -> str | None:
+    """The `Type: message` line of the exception a traceback text reports, the module path
+    dropped (`safetensors_rust.SafetensorError: x` -> `SafetensorError: x`); None if it has none.
+
+    It is the first such line after a frame (`File "...", line N, in f`, its source and caret
+    lines skipped); of several (chained exceptions), the last. A text cut short inside a
+    frame gives the one before; a text without frames gives None: nothing raised there."""
+    found, frame_indent = None, None
+    for line in _lines(text):
+        indent = len(line) - len(line.lstrip())
+        if _FRAME.fullmatch(line):
+            frame_indent = indent
+        elif frame_indent is not None and indent > frame_indent:
+            continue  # the frame's source line, or a caret line under it
+        elif frame_indent is not None and (m := _RAISED.fullmatch(line)):
+            found, frame_indent = (f"{m[1]}: {m[2].strip()}" if m[2] else m[1]), None
+    return found
+
+
+def summary_line(text: str, skip: Sequence[str] = ()) -> str:
+    """The first line of a Ray error text that says something: not part of a traceback, not
+    an indented `key: value` detail, not one of `skip` (Ray's generic headers); else the first."""
+    lines = _lines(text)
+    for line in lines:
+        if not (
+            line[:1].isspace()
+            or line.strip() in skip
+            or _FRAME.fullmatch(line)
+            or line.startswith(("Traceback ", "ray::"))
+            or not line.strip("^~ ")
+        ):
+            return line.strip()
+    return lines[0].strip() if lines else ""
 
 
 def _exception_line(exc: BaseException) -> str:
@@ -101,25 +142,55 @@ def _role(place: str) -> str:
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", cls).lower() + f" ({place})"
 
 
+def _describe_ray_error(exc: BaseException, rayexc: Any) -> str:
+    """Where and why, from the error's own fields first and its text only when they lack it.
+
+    RayTaskError (also as `as_instanceof_cause()`): `.proctitle` and `.cause`. An actor whose
+    constructor raised: ActorDiedError whose argument is that RayTaskError. An actor whose
+    process died: ActorDiedError whose argument is Ray's ActorDiedErrorContext (`class_name`,
+    `error_message`). Anything else (an unpicklable cause, an error Ray could not deserialize):
+    the traceback in its text."""
+    arg = exc.args[0] if isinstance(exc, rayexc.RayActorError) and exc.args else None
+    task = exc if isinstance(exc, rayexc.RayTaskError) else arg if isinstance(arg, rayexc.RayTaskError) else None
+    if task is not None:
+        cause = getattr(task, "cause", None)
+        if isinstance(cause, (rayexc.RayTaskError, rayexc.RayActorError)):  # it called one that failed
+            return _describe_ray_error(cause, rayexc)
+        text = str(task)  # its traceback under a `ray::Class.method()` header (as_instanceof_cause keeps only this)
+        place = _RAY_PLACE.match(str(getattr(task, "proctitle", "") or "")) or _RAY_PLACE.search(text)
+        if isinstance(cause, BaseException) and type(cause) is not rayexc.RayError:
+            why = _exception_line(cause)
+        else:  # Ray put its own RayError in place of a cause it could not pickle
+            why = exception_line_in(text) or summary_line(str(cause or text))
+        return f"{_role(place[1]) if place else 'Ray task'} failed: {why}"
+    text = str(exc)
+    details = str(getattr(arg, "error_message", "") or "") or text  # ActorDiedErrorContext
+    place = _RAY_PLACE.search(text) or _RAY_CLASS.search(text)
+    name = place[1] if place else str(getattr(arg, "class_name", "") or "")
+    actor = isinstance(exc, rayexc.RayActorError)
+    where = _role(name) if name else "Ray actor" if actor else ""
+    why = exception_line_in(text)
+    if why is None and actor:  # died without an error of its own: why, in Ray's words
+        why = summary_line(details, skip=(rayexc.ActorDiedError.BASE_ERROR_MSG, rayexc.RayActorError.BASE_ERROR_MSG))
+    if why is None:  # another Ray error (a lost object, a crashed task): its own first line
+        return _exception_line(exc)
+    return f"{where} failed: {why}" if where else why
+
+
 def describe_failure(exc: BaseException) -> str:
     """One line naming where a run failed and why; Ray's wrapped errors are unwrapped."""
     rayexc = sys.modules.get("ray.exceptions")  # a Ray error implies Ray is imported
     if rayexc is None:
         return _exception_line(exc)
     exc = _root(exc, rayexc.RayError)
-    if isinstance(exc, (rayexc.RayTaskError, rayexc.RayActorError)):
-        text = _ANSI.sub("", str(exc))
-        place = _RAY_PLACE.search(text) or _RAY_CLASS.search(text)
-        where = _role(place.group(1)) if place else "Ray actor"
-        cause = getattr(exc, "cause", None)
-        if isinstance(exc, rayexc.RayTaskError) and isinstance(cause, BaseException):
-            why = _exception_line(cause)
-        else:  # a dead actor: the last unindented line (its creation error, or why it died)
-            lines = [line.strip() for line in text.splitlines() if line.strip() and not line[:1].isspace()]
-            why = lines[-1] if len(lines) > 1 else _first_line(text)
-            why = re.sub(r"^(?:\w+\.)+(?=\w+: )", "", why)  # safetensors._rust.SafetensorError -> SafetensorError
-        return f"{where} failed: {why}"
+    if isinstance(exc, rayexc.RayError):
+        return _describe_ray_error(exc, rayexc)
     return _exception_line(exc)
+
+
+def failure_line(exc: BaseException, log: str) -> str:
+    """What a failed run prints: `error: <where> failed: <Type>: <message> (traceback: LOG)`."""
+    return f"error: {describe_failure(exc)} (traceback: {log})"
 
 
 def _write_traceback(exc: BaseException, log_dir: object) -> str:
@@ -190,7 +261,7 @@ def run_training(train: Callable[[Any], object], cfg: dict[str, Any]) -> int:
         if isinstance(exc, SystemExit):
             raise
         log = _write_traceback(exc, cfg.get("logger", {}).get("log_dir"))
-        print(f"error: {describe_failure(exc)} (traceback: {log})", file=sys.stderr, flush=True)
+        print(failure_line(exc, log), file=sys.stderr, flush=True)
         return 1
     finally:
         _set_sigint(signal.SIG_IGN)  # stopping Ray must not be cut short

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -199,6 +200,168 @@ def test_describe_failure_of_ray_errors() -> None:
     assert _cli.describe_failure(died) == (
         "policy worker (DTensorPolicyWorker) failed: The actor is dead because its worker process has died."
     )
+
+
+# What Python prints when transformers meets a corrupt safetensors shard (the worker's frames first).
+_SHARD = "Error while deserializing header: HeaderTooLarge"
+_MODELING = '  File "/venv/transformers/modeling_utils.py", line 4579, in _load_pretrained_model'
+_TB = f"""Traceback (most recent call last):
+  File "/w/nemo_rl/models/policy/dtensor_policy_worker.py", line 88, in __init__
+    self.model = AutoModelForCausalLM.from_pretrained(name)
+                 ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+{_MODELING}
+    state_dict = load_state_dict(shard_file)
+  File "/venv/transformers/modeling_utils.py", line 512, in load_state_dict
+    with safe_open(checkpoint_file, framework="pt") as f:
+         ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+safetensors_rust.SafetensorError: {_SHARD}
+"""
+_RAY_HEADER = "\x1b[36mray::DTensorPolicyWorker.__init__()\x1b[39m (pid=7, ip=10.0.0.1, actor_id=ab12, repr=<a>)"
+_CHAINED = (
+    "\nThe above exception was the direct cause of the following exception:\n\nTraceback (most recent call last):\n"
+)
+
+
+@pytest.mark.parametrize(
+    "text, line",
+    [
+        pytest.param(_TB, f"SafetensorError: {_SHARD}", id="python-traceback"),
+        pytest.param("\n".join(x.lstrip() for x in _TB.splitlines()), f"SafetensorError: {_SHARD}", id="unindented"),
+        pytest.param(
+            _TB.replace("Traceback (most recent call last):", _RAY_HEADER), f"SafetensorError: {_SHARD}", id="ray"
+        ),
+        pytest.param(
+            _TB + "The actor's log has more.\n\tpid: 7\nHint: check the weights",
+            f"SafetensorError: {_SHARD}",
+            id="text-after",
+        ),
+        pytest.param(
+            _TB + _CHAINED + '  File "w.py", line 9, in f\n    raise RuntimeError("x") from e\nRuntimeError: x',
+            "RuntimeError: x",
+            id="chained",
+        ),
+        pytest.param(_TB + _CHAINED + _MODELING.lstrip(), f"SafetensorError: {_SHARD}", id="cut-in-a-frame"),
+        pytest.param(
+            _TB + _CHAINED + _MODELING + "\n    state_dict = load(", f"SafetensorError: {_SHARD}", id="cut-in-source"
+        ),
+        pytest.param(
+            "  File \"c.py\", line 2, in f\n    Config: TypeAlias = dict\nKeyError: 'lr'",
+            "KeyError: 'lr'",
+            id="source-like",
+        ),
+        pytest.param(
+            '  File "c.py", line 2, in f\n    raise ValueError("one\\ntwo")\nValueError: one\ntwo',
+            "ValueError: one",
+            id="two-lines",
+        ),
+        pytest.param(
+            '  File "c.py", line 2, in f\n    wait()\nKeyboardInterrupt', "KeyboardInterrupt", id="no-message"
+        ),
+        pytest.param("Traceback (most recent call last):\n" + _MODELING, None, id="frames-only"),
+        pytest.param("The actor is dead because its worker process has died.\nValueError: x", None, id="no-frames"),
+        pytest.param("", None, id="empty"),
+    ],
+)
+def test_exception_line_in_a_traceback_text(text: str, line: str | None) -> None:
+    """The `Type: message` line however the text is laid out; never a frame or a source line."""
+    assert _cli.exception_line_in(text) == line
+
+
+def test_summary_line_skips_headers_details_and_tracebacks() -> None:
+    text = "The actor died unexpectedly before finishing this task.\n\tclass_name: A\n\tpid: 7\nIt died.\nMore."
+    assert _cli.summary_line(text, skip=("The actor died unexpectedly before finishing this task.",)) == "It died."
+    assert _cli.summary_line(_RAY_HEADER + "\n" + _MODELING + "\n    load()\n  ^^^^\nGone.") == "Gone."
+    assert _cli.summary_line("\tonly: details") == "only: details"
+
+
+def _load_pretrained_model() -> None:
+    from safetensors import SafetensorError
+
+    raise SafetensorError(_SHARD)
+
+
+def _bad_weights() -> None:
+    e = ValueError("bad weights")
+    e.lock = threading.Lock()  # type: ignore[attr-defined]  # Ray cannot pickle it: it puts a RayError in its place
+    raise e
+
+
+def _throw(exc: BaseException) -> None:
+    raise exc
+
+
+def _raised(fn: Any) -> tuple[BaseException, str]:
+    """A real exception, raised and caught, with its traceback text as Ray's worker formats it."""
+    try:
+        fn()
+    except Exception as e:
+        return e, traceback.format_exc()
+    raise AssertionError("it did not raise")
+
+
+def _failure_shapes() -> dict[str, tuple[BaseException, str]]:
+    """shape -> (the error Ray raises in the driver, what the line must say), from Ray's own classes."""
+    from ray.core.generated.common_pb2 import ActorDiedErrorContext
+    from ray.exceptions import ActorDiedError, RayTaskError, UnserializableException
+
+    def task(method: str, cause: BaseException, tb: str) -> RayTaskError:
+        cls, _ = method.split(".")
+        return RayTaskError(method, tb, cause, f"ray::{method}", 7, "10.0.0.1", f"<{cls}>", "ab12")
+
+    shard, tb = _raised(_load_pretrained_model)
+    unindented = "\n".join(line.lstrip() for line in tb.splitlines())
+    cut = tb + _CHAINED + _MODELING.lstrip()  # ends in a frame, as in the CI run
+    unpicklable, unpicklable_tb = _raised(_bad_weights)
+    init_failed = ActorDiedError(task("DTensorPolicyWorker.__init__", shard, tb))
+    unserializable, _ = _raised(lambda: _throw(init_failed))
+
+    def died(message: str) -> ActorDiedError:
+        return ActorDiedError(
+            ActorDiedErrorContext(class_name="DTensorPolicyWorker", actor_id=bytes(16), pid=7, error_message=message)
+        )
+
+    dead = "The actor is dead because its worker process has died."
+    exit_detail = (
+        f"{dead} Worker exit type: USER_ERROR Worker exit detail: "
+        "Worker exits because there was an exception in the initialization method (e.g., __init__). "
+    )
+    why = f"SafetensorError: {_SHARD}"
+    worker = "policy worker (DTensorPolicyWorker"
+    train, init, worker = f"{worker}.train) failed", f"{worker}.__init__) failed", f"{worker}) failed"
+    return {
+        "task error": (task("DTensorPolicyWorker.train", shard, tb).as_instanceof_cause(), f"{train}: {why}"),
+        "unindented frames": (task("DTensorPolicyWorker.train", shard, unindented), f"{train}: {why}"),
+        "text cut in a frame": (task("DTensorPolicyWorker.train", shard, cut).as_instanceof_cause(), f"{train}: {why}"),
+        "constructor raised": (init_failed, f"{init}: {why}"),
+        "unpicklable cause": (
+            task("DTensorPolicyWorker.__init__", unpicklable, unpicklable_tb),
+            f"{init}: ValueError: bad weights",
+        ),
+        "called a failed actor": (
+            task("GrpoTrainer.step", task("DTensorPolicyWorker.train", shard, tb).as_instanceof_cause(), tb),
+            f"{train}: {why}",
+        ),
+        "not deserializable": (
+            UnserializableException("\n".join(traceback.format_exception(unserializable))),
+            f"{init}: {why}",
+        ),
+        "process died in __init__": (died(exit_detail + _RAY_HEADER + "\n" + cut), f"{init}: {why}"),
+        "process died": (
+            died(f"{dead} Worker exit type: SYSTEM_ERROR"),
+            f"{worker}: {dead} Worker exit type: SYSTEM_ERROR",
+        ),
+        "no cause": (ActorDiedError(), "Ray actor failed: The actor died unexpectedly before finishing this task."),
+    }
+
+
+def test_failure_line_names_the_exception_and_points_to_the_log() -> None:
+    """Every shape of error Ray raises gives one line: where, `Type: message`, then the log."""
+    log = "/runs/logs/error.log"
+    wrong = {}
+    for shape, (exc, said) in _failure_shapes().items():
+        if (line := _cli.failure_line(exc, log)) != f"error: {said} (traceback: {log})":
+            wrong[shape] = line
+    assert wrong == {}
 
 
 def test_traceback_goes_to_the_log_dir_or_a_temp_file(tmp_path: Path) -> None:
