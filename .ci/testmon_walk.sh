@@ -11,6 +11,10 @@
 # WALK_TESTS: the test paths (default tests/unit); WALK_LOGS: where each step's output goes;
 # WALK_PARALLEL_ARGS: more arguments for the seed, the broken and the fixed step (e.g. "-n 2",
 # faster); the serial steps between read the state those runs recorded, and the reverse.
+# WALK_SEEDED=1: the checkout was just seeded (`bash tests/run_unit.sh --testmon ...` over
+# WALK_TESTS, as CI's unit step does): the walk takes its testmon and remote-selection state
+# and its results instead of seeding again, and starts at the no-change step. Give it the
+# seed's environment: PYTEST_CMD="$PWD/.venv/bin/python -m pytest".
 set -euo pipefail
 read -r -a PYTEST <<<"${PYTEST_CMD:-uv run --group test pytest}"
 read -r -a TESTS <<<"${WALK_TESTS:-tests/unit}"
@@ -34,6 +38,13 @@ else  # a copy of a working tree without its .git
     --exclude=./.nrl_remote_map.json --exclude=./.nrl_remote_state.json -cf - . | tar -xf - -C "$WORK"
 fi
 ln -s "$ROOT/tests/unit/test_assets" "$WORK/tests/unit/test_assets"
+SEEDED=${WALK_SEEDED:-0}
+if [[ $SEEDED == 1 ]]; then  # the state a seed leaves: testmon's database, the remote map and state
+  for f in .testmondata .nrl_remote_map.json .nrl_remote_state.json tests/unit/unit_results.json; do
+    [[ -f "$ROOT/$f" ]] || { echo "testmon walk: FAIL: WALK_SEEDED=1 but $ROOT/$f is missing" >&2; exit 1; }
+    cp "$ROOT/$f"* "$WORK/$(dirname "$f")/"  # with SQLite's -wal/-shm files when there are any
+  done
+fi
 cd "$WORK"
 LOGS=${WALK_LOGS:-$WORK}
 mkdir -p "$LOGS"
@@ -82,7 +93,19 @@ edit() {
 }
 
 echo "testmon walk in $WORK (edits $TARGET: generate)"
-walk seed 0 all "${PARALLEL[@]}"
+if [[ $SEEDED == 1 ]]; then
+  check_seed() {  # the unit step's record: everything ran, the edited tests among them
+    local ran
+    ran=$(jq -r '.tests | to_entries[] | "\(.key) \(.value.outcome)"' tests/unit/unit_results.json | sort)
+    while read -r t; do
+      grep -qxF "$t passed" <<<"$ran" || fail "seed (the unit step): $t did not run and pass"
+    done <<<"$EXPECTED"
+    printf '%-22s taken from the unit step: %s test(s) ran\n' seed "$(grep -c . <<<"$ran")"
+  }
+  check_seed
+else
+  walk seed 0 all "${PARALLEL[@]}"
+fi
 walk no-change 0 none  # testmon exits 0 when it deselected everything
 edit "        cfg = dict(cfg)  # a copy: same behaviour"
 walk same-behaviour-edit 0 passed

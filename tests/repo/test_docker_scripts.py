@@ -83,6 +83,7 @@ def fake_repo(tmp_path: Path) -> Path:
         "tests/run_unit_in_docker.sh",
         "tests/run_functional_in_docker.sh",
         "docker/run_lib.sh",
+        "docker/run.sh",
         "docker/build.sh",
         "docker/Dockerfile",
         "docker/entrypoint.sh",
@@ -356,6 +357,32 @@ def test_functional_without_container_exits_2(fake_repo: Path, fakes: Fakes) -> 
 def test_functional_exit_code_is_forwarded(fake_repo: Path, fakes: Fakes) -> None:
     env = {**fakes.env, "CONTAINER": "i", "FAKE_DOCKER_RUN_RC": "1"}
     assert _run(fake_repo, "tests/run_functional_in_docker.sh", ["functional/sft.sh"], env).returncode == 1
+
+
+# ------------------------------------------------------------------------- docker/run.sh
+
+
+def test_run_sh_runs_any_command_with_the_same_set_up(fake_repo: Path, fakes: Fakes) -> None:
+    env = {**fakes.env, "CONTAINER": "img:1", "FAKE_DOCKER_RUN_RC": "4"}
+    res = _run(fake_repo, "docker/run.sh", ["pytest", "-n", "2", "tools/py/tests"], env)
+    assert res.returncode == 4  # the command's exit status
+    argv = fakes.run_call()
+    image_at = argv.index("img:1")
+    assert argv[image_at + 1 :] == ["bash", "docker/entrypoint.sh", "pytest", "-n", "2", "tools/py/tests"]
+    assert f"{fake_repo}:/workspace" in _pairs(argv[:image_at], "-v")
+
+
+@pytest.mark.parametrize(
+    ("env_extra", "message"),
+    [({"CONTAINER": "i"}, "Usage: CONTAINER=<image> bash docker/run.sh"), ({}, "CONTAINER is not set")],
+)
+def test_run_sh_without_a_command_or_an_image_exits_2(
+    fake_repo: Path, fakes: Fakes, env_extra: dict[str, str], message: str
+) -> None:
+    args = [] if env_extra else ["true"]
+    res = _run(fake_repo, "docker/run.sh", args, {**fakes.env, **env_extra})
+    assert res.returncode == 2 and message in res.stderr
+    assert fakes.calls() == []
 
 
 # ------------------------------------------------------------------------ docker/build.sh
