@@ -3,10 +3,12 @@
 pytest's `SysModulesSnapshot.restore` (run after every in-process inner pytest and at every
 `pytester` teardown) empties `sys.modules`, then refills it. A thread of the same process that
 imports in between loads fresh copies of modules that were loaded all along. In this suite such
-threads exist once a test connected the xdist worker to Ray (the driver's own threads), and a
-fresh `_io` is fatal: from then on every `BytesIO` raises an `UnsupportedOperation` of the new
-module, which `except io.UnsupportedOperation` no longer catches, so torch cannot pickle a
-tensor for a Ray call (CI 2026-12-03: five library tests of one xdist worker failed that way).
+threads exist once a test connected the xdist worker to Ray (the driver's own threads), and on
+Python 3.11 a fresh `_io` is fatal: from then on every `BytesIO` raises an `UnsupportedOperation`
+of the new module, which `except io.UnsupportedOperation` no longer catches, so torch cannot
+pickle a tensor for a Ray call (CI 2026-12-03: five library tests of one xdist worker failed that
+way). From 3.12 `_io` is isolated (its types keep the module that made them), so that one is
+harmless there; the gap still gives the thread second copies of whatever it imports in it.
 
 `restore_in_place` puts back the same modules without the gap: it removes what the inner run
 added and re-sets what it replaced, so a module loaded before the snapshot is never missing.

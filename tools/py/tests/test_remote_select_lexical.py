@@ -6,13 +6,16 @@ Pure core: no pytest plugin, no Ray. bench/selection_map.py times both on large 
 from __future__ import annotations
 
 import ast
+import importlib
 import os
+import re
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from testharness.remote_select import lexical
+from testharness.remote_select import graph, lexical
 from testharness.remote_select.graph import hash_files, parse_file_ast
 from testharness.remote_select.import_time import file_facts
 from testharness.remote_select.records import ALWAYS, CALL_TIME, OWN_BODY, DottedString, ImportRef, ParsedFile
@@ -135,6 +138,73 @@ def test_functions_calls_and_kinds() -> None:
     top = set(parsed.facts.top)
     assert {"outer", "make_default", "property", "fixture", "parametrize"} <= top
     assert not {"Base", "Meta", "not_a_function", "inner"} & top  # base classes are no calls
+
+
+# Python 3.11.0-3.11.4 (and Debian 12's 3.11.2 up to +deb12u8) match a possessive repeat of a
+# group wrongly (gh-100061, gh-106052): after an iteration fails part-way, matching goes on from
+# where it failed. `@[ \n]*+(?:\w++[ \n]*+\.[ \n]*+)*+(\w++)` read `@property` and a new line
+# as no name at all: the decorator was lost from the import-time calls, so an edit to what it
+# runs at import changed no digest. The first test fails there only; the second everywhere.
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        ("@property\ndef f():\n    pass\n", ["property"]),  # the minimal file that lost its name
+        ("@a.b\ndef f(): pass\n", ["b"]),
+        ("@ a . b . c(1)\ndef f(): pass\n", ["c"]),
+        ("y = x @ z\n", ["z"]),  # matrix multiplication: a name more (a superset)
+        ("y = x @ (z)\n", []),
+        ("@a.b.\n", []),  # as a possessive group reads it: no iteration given back
+    ],
+)
+def test_decorator_names(text: str, names: list[str]) -> None:
+    assert lexical._DECORATOR.findall(text) == names
+    if text.startswith("@property"):
+        ref = parse_file_ast(text.encode()).facts.top
+        assert set(ref) == {"property"} and set(_read(text).facts.top) == {"property"}
+
+
+def _repeated_groups(pattern: str) -> list[str]:
+    """The possessive repeats and atomic groups of more than one character in `pattern`, read
+    with re's own parser (private, the same from 3.11 to 3.14; no stubs: imported by name)."""
+    c = importlib.import_module("re._constants")
+    p = importlib.import_module("re._parser")
+    one_char = {c.LITERAL, c.NOT_LITERAL, c.ANY, c.IN}  # what re compiles to POSSESSIVE_REPEAT_ONE
+
+    def single(sub: Any) -> bool:
+        if len(sub) != 1:
+            return False
+        op, av = sub[0]
+        return single(av[-1]) if op is c.SUBPATTERN and av[0] is None else op in one_char
+
+    found: list[str] = []
+
+    def walk(sub: Any) -> None:
+        for op, av in sub:
+            if op is c.ATOMIC_GROUP or (op is c.POSSESSIVE_REPEAT and not single(av[2])):
+                found.append(str(op))
+            stack: list[Any] = [av]
+            while stack:
+                x = stack.pop()
+                if isinstance(x, p.SubPattern):
+                    walk(x)
+                elif isinstance(x, (tuple, list)):
+                    stack.extend(x)
+
+    walk(p.parse(pattern))
+    return found
+
+
+def test_no_pattern_repeats_a_group_possessively() -> None:
+    """The construct gh-100061 and gh-106052 break, found on a Python that has the fix."""
+    assert _repeated_groups(r"@[ \n]*+(?:\w++[ \n]*+\.[ \n]*+)*+(\w++)") == ["POSSESSIVE_REPEAT"]
+    assert _repeated_groups(r"(?>ab)c(?:xy|z)*+") == ["ATOMIC_GROUP", "POSSESSIVE_REPEAT"]
+    assert _repeated_groups(r"\n[ ]{0,8}+(?:\w)++[^a]*+.?+(?=[^ \n])") == []  # one character: safe
+    _read("def f():\n    pass\n")  # the dedent pattern of indent 0 (made when first needed)
+    patterns = [v for m in (lexical, graph) for v in vars(m).values() if isinstance(v, re.Pattern)]
+    patterns += lexical._DEDENT.values()
+    assert len(patterns) > 10
+    for pattern in patterns:
+        assert not _repeated_groups(pattern.pattern), pattern.pattern
 
 
 @pytest.mark.parametrize(

@@ -79,7 +79,13 @@ _CLASS = re.compile(r"class[ ]+(\w+)")
 # character, which `re` finds several times faster than one of a set.
 _CALLS_REVERSED = re.compile(r"\([ \n]*+(\w++)(?<![0-9])(?! +fed\b)(?! +ssalc\b)")  # not a number
 _TO_PAREN = str.maketrans(",)", "((")
-_DECORATOR = re.compile(r"@[ \n]*+(?:\w++[ \n]*+\.[ \n]*+)*+(\w++)")
+# The last name of a decorator's dotted name (`@a . b` reads b). No possessive quantifier nor
+# atomic group around a group: CPython 3.11.0-3.11.4 (and Debian 12's 3.11.2 before +deb12u9)
+# leave the position where an iteration failed after a possessive group (gh-100061, gh-106052),
+# and `(?:\w++[ \n]*+\.[ \n]*+)*+` read `@property` + a new line as nothing there. The greedy group
+# matches as a possessive one would: its last name may not be followed by a dot, so no match
+# gives back an iteration (possessive repeats of one character are safe everywhere).
+_DECORATOR = re.compile(r"@[ \n]*+(?:\w++[ \n]*+\.[ \n]*+)*(\w++)(?![ \n]*\.)")
 _IMPORT_MODULE = re.compile(
     r"import_module\s*\(\s*\"([^\"]*)\"\s*(?:,\s*(?:package\s*=\s*)?(?:\"([^\"]*)\"|(__package__)))?"
 )
