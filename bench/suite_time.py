@@ -149,7 +149,7 @@ def phase_rows(
         rows.append([phase, len(spans), f"{sum(b - a for a, b in spans):.1f}", f"{covered:.1f}",
                      f"{100 * covered / wall_s:.0f}%" if wall_s else "?"])  # fmt: skip
     for when in ("setup", "call", "teardown"):
-        for label, mine in (("harness tests (tests/unit/tools)", True), ("library tests", False)):
+        for label, mine in (("harness tests (tools/py/tests)", True), ("library tests", False)):
             picked = [s for s, w, node in durations if w == when and node.startswith(TOOLS_TESTS) == mine]
             if picked:
                 rows.append([f"pytest {when}: {label}", len(picked), f"{sum(picked):.1f}", "", ""])
