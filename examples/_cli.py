@@ -261,7 +261,16 @@ def run_training(train: Callable[[Any], object], cfg: dict[str, Any]) -> int:
         if isinstance(exc, SystemExit):
             raise
         log = _write_traceback(exc, cfg.get("logger", {}).get("log_dir"))
-        print(failure_line(exc, log), file=sys.stderr, flush=True)
+        line = failure_line(exc, log)
+        # Ray's log thread forwards the workers' output (their traceback too) to stderr, writing a
+        # line's text and its newline separately: a line printed now could land between the two.
+        # Stop our own Ray first (its forwarding ends with it); on a joined cluster, whose
+        # forwarding goes on, start on a fresh line.
+        _set_sigint(signal.SIG_IGN)  # stopping Ray must not be cut short
+        if not ray_was_up:
+            _stop_ray()
+        sys.stderr.write(("" if not _ray_is_up() else "\n") + line + "\n")
+        sys.stderr.flush()
         return 1
     finally:
         _set_sigint(signal.SIG_IGN)  # stopping Ray must not be cut short
