@@ -1,3 +1,4 @@
+#!/usr/bin/env -S uv run
 """Metric checks over a metrics JSON (entry point into tools/py: testharness.checks).
 
     uv run tests/check_metrics.py METRICS.json 'data["train/loss"]["9"] < 1500' [...] [--table-width N] [--json OUT]

@@ -1,3 +1,4 @@
+#!/usr/bin/env -S uv run
 """Dump TensorBoard scalars to JSON (entry point into tools/py: testharness.tb_dump).
 
     uv run tests/json_dump_tb_logs.py LOG_DIR [--output_path OUT.json] \

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Unit tests: bash tests/run_unit.sh [--hf-gated] [--mcore-only] [--rerun-failures N]
+# Unit tests: bash tests/run_unit.sh [--hf-gated] [--mcore-only | --vllm-only | ...] [--rerun-failures N]
 #                                    [--shard I/N] [--shard-plan] [pytest args | paths]
+# (the marker-group flags come from [tool.testharness.marker_groups] in pyproject.toml)
 # Run it as: uv run --group test bash tests/run_unit.sh   (see --help)
 # The logic (flags, Ray/GPU discovery, assets, exit codes) is testharness.unit_runner.
 set -euo pipefail

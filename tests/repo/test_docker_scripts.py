@@ -349,6 +349,38 @@ def test_functional_bad_arguments_exit_2(fake_repo: Path, fakes: Fakes, args: li
     assert fakes.calls() == []
 
 
+def test_functional_takes_an_absolute_path_inside_the_checkout(fake_repo: Path, fakes: Fakes, tmp_path: Path) -> None:
+    env = {**fakes.env, "CONTAINER": "img:1"}
+    res = subprocess.run(
+        [BASH, str(fake_repo / "tests/run_functional_in_docker.sh"), str(fake_repo / "tests/functional/sft.sh"), "a=1"],
+        env=env, cwd=tmp_path, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    argv = fakes.run_call()
+    assert argv[argv.index("img:1") + 1 :] == [
+        "bash", "docker/entrypoint.sh", "--prepare-assets", "bash", "tests/functional/sft.sh", "a=1",
+    ]  # fmt: skip
+
+
+def test_functional_refuses_an_absolute_path_outside_the_checkout(
+    fake_repo: Path, fakes: Fakes, tmp_path: Path
+) -> None:
+    outside = tmp_path / "elsewhere" / "sft.sh"
+    outside.parent.mkdir()
+    outside.write_text("echo outside\n")
+    for arg in (str(outside), str(tmp_path / "no_such_dir" / "x.sh")):
+        res = _run(fake_repo, "tests/run_functional_in_docker.sh", [arg], {**fakes.env, "CONTAINER": "i"})
+        assert res.returncode == 2
+        assert res.stderr.splitlines() == [
+            f"error: {arg} is not inside this checkout ({fake_repo.resolve()}): the container sees only the checkout"
+        ]
+    # inside the checkout but missing: the usual message
+    missing = str(fake_repo / "tests" / "functional" / "nope.sh")
+    res = _run(fake_repo, "tests/run_functional_in_docker.sh", [missing], {**fakes.env, "CONTAINER": "i"})
+    assert res.returncode == 2 and "no such test script: tests/functional/nope.sh" in res.stderr
+    assert fakes.calls() == []
+
+
 def test_functional_without_container_exits_2(fake_repo: Path, fakes: Fakes) -> None:
     res = _run(fake_repo, "tests/run_functional_in_docker.sh", ["functional/sft.sh"], fakes.env)
     assert res.returncode == 2 and "CONTAINER is not set" in res.stderr

@@ -1,15 +1,18 @@
-"""Is what a marker group `requires` importable here? (pure: no pytest, no Ray)
+"""May the marker-group options given run here? (pure: no pytest, no Ray)
 
-Two probes: `import_error` imports the modules (exact, what the pytest plugin uses), and
-`spec_error` only looks them up (`importlib.util.find_spec`: cheap, no torch import), which
-run_unit.sh uses to stop with one line before it starts Ray or pytest.
+Two questions, each answered with one line or None: do the options of two `exclusive`
+groups come together (`exclusive_conflict`), and is what a given group `requires`
+importable (`missing_requirement`). Two probes for the latter: `import_error` imports the
+modules (exact, what the pytest plugin uses), and `spec_error` only looks them up
+(`importlib.util.find_spec`: cheap, no torch import), which run_unit.sh uses to stop with
+one line before it starts Ray or pytest.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from testharness.settings import MarkerGroup
 
@@ -49,7 +52,20 @@ def missing_requirement(group: MarkerGroup, probe: Probe = import_error) -> str 
         return None
     needs = group.requires_name or ", ".join(group.requires)
     message = f"{group.option} needs {needs}, which cannot be imported ({why})"
+    if group.remedy:
+        return f"{message}; {group.remedy}"
     return f"{message}; run it as: {group.hint}" if group.hint else message
+
+
+def exclusive_conflict(options: Collection[str], groups: Sequence[MarkerGroup]) -> str | None:
+    """The one-line usage error when `options` (the options given) hold the options of two or
+    more `exclusive` groups, naming them; None otherwise."""
+    exclusive = [g.option for g in groups if g.exclusive]
+    given = [o for o in exclusive if o in options]
+    if len(given) < 2:
+        return None
+    both = f"{', '.join(given[:-1])} and {given[-1]}"
+    return f"{both} are mutually exclusive: give one of {', '.join(exclusive)}"
 
 
 def first_missing_requirement(
@@ -63,3 +79,9 @@ def first_missing_requirement(
             if problem is not None:
                 return problem
     return None
+
+
+def first_option_problem(args: Sequence[str], groups: Sequence[MarkerGroup], probe: Probe = spec_error) -> str | None:
+    """run_unit's check before anything starts: exclusive options given together, then a
+    missing requirement (one line), or None."""
+    return exclusive_conflict(args, groups) or first_missing_requirement(args, groups, probe)

@@ -10,6 +10,12 @@ repository's two groups, `hf_gated` (opt-in, `--hf-gated`) and `mcore` (only,
     --mcore-only              mcore and not hf_gated
     --mcore-only --hf-gated   all mcore
 
+Upstream NeMo RL's other "only" groups (`vllm`, `automodel`, `sglang`, `trtllm`,
+`nemo_gym`) work like `mcore`: left out by default, alone with their option. Groups marked
+`exclusive` cannot be combined (`--vllm-only --mcore-only` is one `ERROR:` line, as upstream
+refuses it), and an option whose group `requires` a module that cannot be imported stops
+with one line before collection.
+
 An explicit `-m EXPR` replaces these rules; `-k` combines with them as usual. The plugin
 registers the groups' markers and its own (`run_first`, `num_gpus`), so a project run with
 `--strict-markers` declares none of them.
@@ -23,7 +29,7 @@ import pytest
 
 from testharness import gpu
 from testharness.hf_cache import model_unavailable_reason
-from testharness.requirements import missing_requirement
+from testharness.requirements import exclusive_conflict, missing_requirement
 from testharness.settings import MarkerGroup, SettingsError, load_settings
 
 BUILTIN_MARKERS = (
@@ -93,11 +99,14 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
         raise pytest.UsageError(str(exc)) from None
     early_config.stash[_GROUPS] = groups
     section = parser.getgroup("testharness-selection", "test harness (selection)")
+    exclusive = [g.option for g in groups if g.exclusive]
     for g in groups:
         if g.only:
             help_ = f"run only tests marked {g.name}" + (f" (needs: {g.hint})" if g.hint else "")
         else:
             help_ = f"also run tests marked {g.name}" + (f" ({g.description})" if g.description else "")
+        if g.exclusive and len(exclusive) > 1:
+            help_ += "; not with " + ", ".join(o for o in exclusive if o != g.option)
         section.addoption(g.option, action="store_true", default=False, dest=g.dest, help=help_)
 
 
@@ -105,6 +114,10 @@ def pytest_configure(config: pytest.Config) -> None:
     for line in (*BUILTIN_MARKERS, *(g.marker_line for g in _groups(config))):
         config.addinivalue_line("markers", line)
     config.pluginmanager.register(_RunFirst(), f"testharness-run-first-{id(config)}")
+    given = [g.option for g in _groups(config) if config.getoption(g.dest, False)]
+    conflict = exclusive_conflict(given, _groups(config))
+    if conflict is not None:
+        raise pytest.UsageError(conflict)  # one `ERROR: ...` line, before collection
     for g in _groups(config):
         if config.getoption(g.dest, False):
             problem = missing_requirement(g)

@@ -29,6 +29,14 @@ the key. Example (this repository's values):
     requires = ["megatron.core"]           # modules that must import when the option is given
     requires_name = "megatron-core"        # what the error calls them
     hint = "uv run --extra mcore --group test bash tests/run_unit.sh --mcore-only"
+    exclusive = true                       # cannot be combined with another exclusive group's option
+
+    [tool.testharness.marker_groups.vllm]  # a group whose requirement no extra installs
+    option = "--vllm-only"
+    mode = "only"
+    exclusive = true
+    requires = ["vllm"]
+    remedy = "this project has no vllm extra: ..."   # replaces "run it as: HINT" in the error
 
     [tool.testharness.hygiene]             # leaks and hangs (docs/unit-tests.md, "Leaks and hangs")
     leak_check = true                      # after every test: actors, placement groups, processes, GPU memory
@@ -67,6 +75,10 @@ class MarkerGroup:
     mode "opt-in": the tests are left out unless the option is given (e.g. gated models).
     mode "only":   the tests are left out unless the option is given, and then they are the
                    only ones that run (e.g. an optional heavy dependency).
+    exclusive:     the option cannot be combined with the option of another exclusive group
+                   (`--vllm-only --mcore-only` is a usage error, as in upstream NeMo RL).
+    hint / remedy: what the one-line error says when `requires` cannot be imported:
+                   "run it as: HINT" (a command), or REMEDY as written (free text).
     """
 
     name: str
@@ -78,6 +90,8 @@ class MarkerGroup:
     requires_name: str = ""
     hint: str = ""
     hf_models: bool = False
+    exclusive: bool = False
+    remedy: str = ""
 
     @property
     def only(self) -> bool:
@@ -205,7 +219,8 @@ def _marker_groups(table: _Table) -> tuple[MarkerGroup, ...]:
         if mode not in MODES:
             raise t.error("mode", f"must be one of {', '.join(MODES)}, got {mode!r}")
         unknown = sorted(set(spec) - {"option", "mode", "description", "args", "requires",
-                                      "requires_name", "hint", "hf_models"})  # fmt: skip
+                                      "requires_name", "hint", "hf_models", "exclusive",
+                                      "remedy"})  # fmt: skip
         if unknown:
             raise t.error(unknown[0], "is not a known key")
         requires = t.str_list("requires", ())
@@ -219,6 +234,8 @@ def _marker_groups(table: _Table) -> tuple[MarkerGroup, ...]:
             requires_name=t.text("requires_name", ", ".join(requires), empty=True),
             hint=t.text("hint", "", empty=True),
             hf_models=t.flag("hf_models", False),
+            exclusive=t.flag("exclusive", False),
+            remedy=t.text("remedy", "", empty=True),
         ))  # fmt: skip
     options = [g.option for g in groups]
     for g in groups:

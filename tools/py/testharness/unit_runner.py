@@ -7,6 +7,7 @@ test assets, the pytest command, and what pytest's exit code means for the scrip
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import logging
 import os
@@ -19,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testharness.requirements import first_missing_requirement
+from testharness.requirements import first_option_problem
 from testharness.settings import MarkerGroup, Settings, SettingsError, load_settings
 
 
@@ -36,6 +37,9 @@ def usage(groups: Sequence[MarkerGroup] = ()) -> str:
         if g.requires_name:
             text += f" (needs {g.requires_name}" + (f": {g.hint})" if g.hint else ")")
         lines.append(f"  {g.option:<18}  {text}")
+    exclusive = [g.option for g in groups if g.exclusive]
+    if len(exclusive) > 1:
+        lines.append(f"  ({', '.join(exclusive)}: one at a time)")
     lines += [
         "  --rerun-failures N  rerun a failing test up to N times (pytest-rerunfailures --reruns N)",
         "  --shard I/N         run shard I of N (balanced on past durations); --shard-plan prints it",
@@ -88,33 +92,127 @@ def parse_args(argv: list[str]) -> Plan:
     return plan
 
 
-def map_upstream_paths(args: list[str], cwd: Path, test_roots: Sequence[Path]) -> list[str]:
+# pytest options whose value is a test path (`--ignore`, `--ignore-glob`: resolved from the
+# current directory) or a node id prefix (`--deselect`: relative to pytest's rootdir), which
+# upstream's scripts write as `unit/...`; either `--opt=VALUE` or `--opt VALUE`.
+PATH_OPTIONS = ("--ignore", "--ignore-glob", "--deselect")
+# Options (pytest's and its plugins') that take the next argument as their value, which is
+# therefore never a test path even where a file of that name exists (`-k unit` in tests/).
+VALUE_OPTIONS = frozenset({
+    *PATH_OPTIONS, "-k", "-m", "-p", "-c", "-o", "-n", "-W", "-r", "--rootdir", "--confcutdir",
+    "--basetemp", "--config-file", "--override-ini", "--durations", "--durations-min",
+    "--maxfail", "--tb", "--import-mode", "--junitxml", "--junit-xml", "--log-level",
+    "--log-file", "--cov-report", "--cov-config", "--reruns", "--timeout", "--dist",
+    "--shard", "--unit-results-dir",
+})  # fmt: skip
+_GLOB_CHARS = frozenset("*?[")
+
+
+def _exists(path: Path, pattern: bool) -> bool:
+    return bool(glob.glob(str(path))) if pattern else path.exists()
+
+
+def _upstream_target(path: str, cwd: Path, test_roots: Sequence[Path], pattern: bool = False) -> Path | None:
+    """Where a relative `path` that names nothing from `cwd` names something from the parent
+    of a test root whose name it starts with (`unit/x.py` -> tests/unit/x.py), else None."""
+    if not path or Path(path).is_absolute() or _exists(cwd / path, pattern):
+        return None
+    first = Path(path).parts[0]
+    for root in test_roots:
+        if root.name == first and _exists(root.parent / path, pattern):
+            return root.parent / path
+    return None
+
+
+def _relative(target: Path, start: Path, original: str) -> str:
+    rel = Path(os.path.relpath(target, start)).as_posix()
+    return rel + "/" if original.endswith("/") and not rel.endswith("/") else rel
+
+
+def _map_option_value(option: str, value: str, cwd: Path, test_roots: Sequence[Path], rootdir: Path) -> str:
+    path, sep, node = value.partition("::")
+    if option == "--deselect":
+        # a node id prefix: pytest compares it with node ids, which are relative to its rootdir
+        target = cwd / path if path and (cwd / path).exists() else _upstream_target(path, cwd, test_roots)
+        if target is None:
+            return value
+        rel = _relative(target, rootdir, path)
+        return value if rel.startswith("../") or rel == ".." else rel + sep + node
+    target = _upstream_target(value, cwd, test_roots, pattern=option == "--ignore-glob")
+    return value if target is None else _relative(target, cwd, value)
+
+
+def _map_positional(arg: str, cwd: Path, test_roots: Sequence[Path]) -> list[str]:
+    path, sep, node = arg.partition("::")
+    if not path or ("/" not in path and not sep):
+        return [arg]  # only arguments with a / or :: are candidates
+    target = _upstream_target(path, cwd, test_roots)
+    if target is not None:
+        return [os.path.relpath(target, cwd) + sep + node]
+    if not sep and _GLOB_CHARS & set(path) and not (cwd / path).exists():
+        # upstream's run_unit.sh passes its arguments unquoted, so bash expands a quoted
+        # glob ("unit/models/generation/test_vllm*.py"): expand it the same way.
+        found = sorted(glob.glob(path, root_dir=cwd))
+        if not found:
+            target = _upstream_target(path, cwd, test_roots, pattern=True)
+            found = sorted(os.path.relpath(m, cwd) for m in glob.glob(str(target))) if target else []
+        return found or [arg]
+    return [arg]
+
+
+def map_upstream_paths(
+    args: list[str], cwd: Path, test_roots: Sequence[Path], rootdir: Path | None = None
+) -> list[str]:
     """Accept test paths written relative to a test root's parent, as upstream NeMo RL's
     run_unit.sh takes them (it runs from tests/: `unit/models/...`): an argument that names
     no file from `cwd`, but does from the parent of a test root whose name it starts with,
     becomes that path relative to `cwd` (`::node` ids kept). Only arguments with a `/` or
-    `::` are candidates, so an option's value such as `-k unit` stays as it is."""
-    mapped = []
-    for arg in args:
-        path, sep, node = arg.partition("::")
-        looks_like_path = bool(path) and ("/" in path or sep) and not arg.startswith("-")
-        first = Path(path).parts[0] if looks_like_path else ""
-        if first and not (cwd / path).exists():
-            for root in test_roots:
-                if root.name == first and (root.parent / path).exists():
-                    arg = os.path.relpath(root.parent / path, cwd) + sep + node
-                    break
-        mapped.append(arg)
+    `::` are candidates, so an option's value such as `-k unit` stays as it is.
+
+    The values of `--ignore`, `--ignore-glob` and `--deselect` (`=VALUE` or the next
+    argument) are mapped the same way; a `--deselect` value that names a file from `cwd`
+    becomes relative to `rootdir` (default `cwd`), as pytest matches it against node ids.
+    A path with a glob pattern that matches nothing as given is expanded, as upstream's
+    unquoted `pytest $pytest_args` lets bash do."""
+    rootdir = cwd if rootdir is None else rootdir
+    mapped: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        option, eq, value = arg.partition("=")
+        if option in PATH_OPTIONS and eq:
+            mapped.append(f"{option}={_map_option_value(option, value, cwd, test_roots, rootdir)}")
+        elif arg in VALUE_OPTIONS and i + 1 < len(args):
+            value = args[i + 1]
+            if arg in PATH_OPTIONS:
+                value = _map_option_value(arg, value, cwd, test_roots, rootdir)
+            mapped += [arg, value]
+            i += 1
+        elif arg.startswith("-"):
+            mapped.append(arg)
+        else:
+            mapped += _map_positional(arg, cwd, test_roots)
+        i += 1
     return mapped
 
 
 def has_path_arg(args: list[str], cwd: Path) -> bool:
-    """Whether the pytest arguments name a test path (a non-option that exists on disk)."""
-    return any(not a.startswith("-") and (cwd / a.split("::", 1)[0]).exists() for a in args)
+    """Whether the pytest arguments name a test path (a non-option that exists on disk; the
+    value of an option such as `-k unit` or `--ignore PATH` is not one)."""
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg in VALUE_OPTIONS:
+            i += 2
+            continue
+        if not arg.startswith("-") and (cwd / arg.split("::", 1)[0]).exists():
+            return True
+        i += 1
+    return False
 
 
 def pytest_command(plan: Plan, settings: Settings, cwd: Path) -> list[str]:
-    args = map_upstream_paths(plan.pytest_args, cwd, settings.test_roots)
+    args = map_upstream_paths(plan.pytest_args, cwd, settings.test_roots, settings.root)
     if not has_path_arg(args, cwd):
         args += [os.path.relpath(r, cwd) for r in settings.test_roots]
     return [sys.executable, "-m", "pytest", "--durations=15", *args]
@@ -196,7 +294,12 @@ def interpret_exit(code: int, summary: dict[str, object] | None, stopped_by: str
     if code == TESTS_FAILED:
         return 1, "run_unit: FAILED: some tests failed (see the summary above)"
     if code == INTERRUPTED:
-        return 2, "run_unit: interrupted (Ctrl-C or a collection error; see above)"
+        # No stop signal reached this script (a Ctrl-C from the terminal does, see above): pytest
+        # stopped itself, nearly always on `Interrupted: N errors during collection`.
+        return 2, (
+            "run_unit: stopped by errors during collection (see the ERROR lines above), or a test "
+            "or plugin ended the session (pytest.exit, KeyboardInterrupt)"
+        )
     if code == USAGE_ERROR:
         return 2, "run_unit: pytest rejected the arguments (see the error above)"
     if code == NO_TESTS:
@@ -249,8 +352,8 @@ def main(argv: list[str] | None = None) -> int:
     if plan.show_help:
         print(usage(settings.marker_groups))
         return 0
-    # e.g. --mcore-only without megatron-core: one line, before Ray or pytest start.
-    problem = first_missing_requirement(plan.pytest_args, settings.marker_groups)
+    # e.g. --mcore-only without megatron-core, or with --vllm-only: one line, before Ray or pytest start.
+    problem = first_option_problem(plan.pytest_args, settings.marker_groups)
     if problem is not None:
         print(f"run_unit: {problem}", file=sys.stderr)
         return 2

@@ -205,3 +205,116 @@ def test_without_groups_nothing_is_deselected_and_markers_still_register(pyteste
     pytester.makepyfile(test_a="import pytest\n@pytest.mark.num_gpus(0)\ndef test_a(): pass\n")
     pytester.runpytest_inprocess(*HARNESS_PLUGINS).assert_outcomes(passed=1)
     assert "--hf-gated" not in "\n".join(pytester.runpytest_inprocess(*HARNESS_PLUGINS, "--help").outlines)
+
+
+# Upstream NeMo RL's backend groups as this repository declares them: "only" groups whose
+# options are mutually exclusive (exclusive = true), vllm's requirement without an extra.
+UPSTREAM_GROUPS = (
+    MARKERS
+    + """exclusive = true
+
+[tool.testharness.marker_groups.vllm]
+option = "--vllm-only"
+mode = "only"
+exclusive = true
+requires = ["vllm"]
+remedy = "this project has no vllm extra: add one"
+
+[tool.testharness.marker_groups.sglang]
+option = "--sglang-only"
+mode = "only"
+exclusive = true
+
+[tool.testharness.marker_groups.slow]
+option = "--slow-only"
+mode = "only"
+"""
+)
+
+UPSTREAM_STYLE = """
+import pytest
+
+def test_plain(): pass
+
+@pytest.mark.vllm
+def test_vllm(): pass
+
+@pytest.mark.vllm
+@pytest.mark.hf_gated
+def test_vllm_gated(): pass
+
+@pytest.mark.sglang
+def test_sglang(): pass
+
+@pytest.mark.slow
+def test_slow(): pass
+"""
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "vllm", types.ModuleType("vllm"))
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ((), {"test_plain"}),
+        (("--hf-gated",), {"test_plain"}),
+        (("--vllm-only",), {"test_vllm"}),
+        (("--vllm-only", "--hf-gated"), {"test_vllm", "test_vllm_gated"}),
+        (("--sglang-only",), {"test_sglang"}),
+        # a group that is not exclusive still combines with one that is
+        (("--vllm-only", "--slow-only"), {"test_vllm", "test_slow"}),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, tuple) else "",
+)
+def test_upstream_backend_groups_are_left_out_unless_asked_for(
+    pytester: pytest.Pytester, fake_vllm: None, flags: tuple[str, ...], expected: set[str]
+) -> None:
+    pytester.makepyprojecttoml(UPSTREAM_GROUPS)  # --strict-markers: @pytest.mark.vllm is registered
+    pytester.makepyfile(test_upstream=UPSTREAM_STYLE)
+    assert _collected(pytester, *flags) == expected
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (("--vllm-only", "--mcore-only"), "ERROR: --mcore-only and --vllm-only are mutually exclusive: "
+         "give one of --mcore-only, --vllm-only, --sglang-only"),
+        (("--sglang-only", "--vllm-only", "--mcore-only"), "ERROR: --mcore-only, --vllm-only and --sglang-only "
+         "are mutually exclusive"),
+    ],
+)  # fmt: skip
+def test_exclusive_options_together_stop_with_one_line(
+    pytester: pytest.Pytester, fake_megatron: None, fake_vllm: None, flags: tuple[str, ...], message: str
+) -> None:
+    pytester.makepyprojecttoml(UPSTREAM_GROUPS)
+    pytester.makepyfile(test_upstream=UPSTREAM_STYLE)
+    result = pytester.runpytest_inprocess(*HARNESS_PLUGINS, *flags)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [line for line in result.errlines if line.strip()]
+    assert len(errors) == 1 and errors[0].startswith(message), errors
+    assert "collected" not in result.stdout.str()  # stopped before collection
+
+
+def test_a_missing_backend_says_what_to_do_in_one_line(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` raises ImportError, installed or not
+    pytester.makepyprojecttoml(UPSTREAM_GROUPS)
+    pytester.makepyfile(test_upstream=UPSTREAM_STYLE)
+    result = pytester.runpytest_inprocess(*HARNESS_PLUGINS, "--vllm-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [line for line in result.errlines if line.strip()]
+    assert len(errors) == 1, errors
+    assert errors[0].startswith("ERROR: --vllm-only needs vllm, which cannot be imported (")
+    assert errors[0].endswith("; this project has no vllm extra: add one")  # the remedy, as written
+    assert "collected" not in result.stdout.str()
+
+
+def test_help_says_which_options_exclude_each_other(pytester: pytest.Pytester) -> None:
+    pytester.makepyprojecttoml(UPSTREAM_GROUPS)
+    text = " ".join(" ".join(pytester.runpytest_inprocess(*HARNESS_PLUGINS, "--help").outlines).split())
+    assert "run only tests marked vllm; not with --mcore-only, --sglang-only" in text
+    assert "marked slow; not with" not in text

@@ -40,6 +40,32 @@ def test_this_repository_keeps_its_documented_names_and_groups() -> None:
     )
 
 
+def test_this_repository_has_upstreams_backend_groups() -> None:
+    # Upstream NeMo RL marks tests vllm, automodel, sglang, trtllm, nemo_gym and runs them
+    # with --<name>-only; its --*-only flags (mcore's too) are mutually exclusive.
+    groups = {g.name: g for g in load_settings(REPO).marker_groups}
+    options = {
+        "mcore": "--mcore-only", "vllm": "--vllm-only", "automodel": "--automodel-only",
+        "sglang": "--sglang-only", "trtllm": "--trtllm-only", "nemo_gym": "--nemo-gym-only",
+    }  # fmt: skip
+    for name, option in options.items():
+        g = groups[name]
+        assert (g.option, g.only, g.exclusive) == (option, True, True), name
+        assert g.requires and (g.hint or g.remedy), name
+    for name in set(options) - {"mcore"}:
+        assert f"no {name} extra" in groups[name].remedy  # no extra here: the error says so
+    assert not groups["hf_gated"].exclusive
+
+
+def test_exclusive_and_remedy(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.testharness.marker_groups.jax]\noption = "--jax-only"\nmode = "only"\n'
+        'exclusive = true\nrequires = ["jax"]\nremedy = "pip install jax"\n'
+    )
+    (group,) = load_settings(tmp_path).marker_groups
+    assert group.exclusive and group.remedy == "pip install jax"
+
+
 def test_marker_group_defaults(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text('[tool.testharness.marker_groups.slow]\noption = "--slow"\n')
     (group,) = load_settings(tmp_path).marker_groups
@@ -60,6 +86,8 @@ def test_marker_group_defaults(tmp_path: Path) -> None:
         ("[tool.testharness.marker_groups.x]\noption = '--x'\nmode = 'sometimes'\n", "mode", "must be one of"),
         ("[tool.testharness.marker_groups.x]\noption = '--x'\nrequire = ['m']\n", "require", "is not a known key"),
         ("[tool.testharness.marker_groups.x]\noption = '--x'\nhf_models = 'yes'\n", "hf_models", "true or false"),
+        ("[tool.testharness.marker_groups.x]\noption = '--x'\nexclusive = 1\n", "exclusive", "true or false"),
+        ("[tool.testharness.marker_groups.x]\noption = '--x'\nremedy = ['a']\n", "remedy", "must be a"),
         ("[tool.testharness.marker_groups.a]\noption = '--x'\n[tool.testharness.marker_groups.b]\noption = '--x'\n",
          "option", "used by two groups"),
         ("[tool.testharness\n", "", "cannot parse"),
