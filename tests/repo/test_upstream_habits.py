@@ -138,11 +138,11 @@ needs_uv = pytest.mark.skipif(shutil.which("uv") is None, reason="the shebang ru
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_entry_points_are_executable_with_a_uv_shebang(script: str) -> None:
-    mode = subprocess.run(
-        ["git", "ls-files", "--stage", script], cwd=REPO, capture_output=True, text=True, check=True
-    ).stdout.split()[0]
-    assert mode == "100755"
+    assert os.access(REPO / script, os.X_OK)
     assert (REPO / script).read_text().splitlines()[0] == "#!/usr/bin/env -S uv run"
+    staged = subprocess.run(["git", "ls-files", "--stage", script], cwd=REPO, capture_output=True, text=True)
+    if staged.returncode == 0:  # in a git checkout (not an exported tree): the mode a clone gets
+        assert staged.stdout.split()[0] == "100755"
 
 
 @needs_uv
