@@ -4,8 +4,10 @@ how a run ends.
     PROG [--config FILE] [--check-config] [key=value ...]
 
 The config is loaded with its overrides, missing tiny test assets are built (when the config
-points into tests/unit/test_assets), then every value is checked (`nemo_rl.config.validate`
-with the algorithm's table) before torch, transformers or Ray is imported. What the user sees:
+points into tests/unit/test_assets), upstream NeMo RL's keys are given their meaning here
+(`nemo_rl.config_upstream`: e.g. cluster.gpus_per_node=2 is two policy workers), then every
+value is checked (`nemo_rl.config.validate` with the algorithm's table) before torch,
+transformers or Ray is imported. What the user sees:
 
   exit 0    trained; with --check-config: the config passed every check, nothing started
   exit 2    refused before anything started (a bad flag, override or value): ONE line
@@ -37,6 +39,7 @@ from types import FrameType
 from typing import Any, NoReturn
 
 from nemo_rl.config import ConfigError, load_config, summarize
+from nemo_rl.config_upstream import resolve_upstream_keys
 
 ROOT = Path(__file__).resolve().parents[1]
 ERROR_LOG = "error.log"
@@ -306,7 +309,9 @@ def run_example(
             for section, key in (("policy", "model_name"), ("data", "train_path"), ("data", "val_path"))
         ]
         ensure_test_assets([p for p in paths if isinstance(p, str)])
-        problem = summarize(validate(cfg))
+        # Upstream NeMo RL's keys first: cluster.gpus_per_node sets the worker count that the rules check.
+        problems = resolve_upstream_keys(cfg)
+        problem = summarize(problems + validate(cfg))
     except ConfigError as e:
         problem = str(e)
     except subprocess.CalledProcessError as e:

@@ -1,8 +1,11 @@
+import importlib.util
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from nemo_rl.algorithms.config_checks import validate_grpo, validate_sft
 from nemo_rl.config import (
     ConfigError,
     Relation,
@@ -20,6 +23,7 @@ from nemo_rl.config import (
     text,
     validate,
 )
+from nemo_rl.config_upstream import resolve_upstream_keys
 
 YAML = """
 policy:
@@ -168,3 +172,189 @@ def test_summarize_is_one_line() -> None:
     assert line == "a.lr must be a finite number > 0, got -1.0 (and 3 more: a.name, a.missing, a.n)"
     assert summarize(problems[:1]) == problems[0]
     assert summarize([]) == ""
+
+
+# ---------------------------------------------------------------- upstream NeMo RL's keys
+
+ROOT = Path(__file__).resolve().parents[2]
+SFT_YAML = ROOT / "examples" / "configs" / "sft.yaml"
+GRPO_YAML = ROOT / "examples" / "configs" / "grpo_math.yaml"
+RECIPE = "megatron.bridge.recipes.qwen.qwen3_600m_pretrain_config"
+# Upstream's tests/functional/sft.sh and grpo.sh overrides, the model name changed (paths aside).
+UPSTREAM_SFT = [
+    "policy.model_name=tests/unit/test_assets/tiny_llama",
+    f"policy.megatron_recipe={RECIPE}",
+    "cluster.gpus_per_node=2",
+    "sft.max_num_steps=3",
+    "sft.val_batches=1",
+    "sft.val_period=3",
+    "logger.tensorboard_enabled=true",
+    "logger.wandb_enabled=false",
+    "logger.monitor_gpus=true",
+    "checkpointing.enabled=true",
+    "checkpointing.save_period=3",
+]
+UPSTREAM_GRPO = [
+    "policy.model_name=tests/unit/test_assets/tiny_llama",
+    f"policy.megatron_recipe={RECIPE}",
+    "grpo.num_prompts_per_step=2",
+    "grpo.num_generations_per_prompt=4",
+    "policy.train_global_batch_size=4",
+    "policy.train_micro_batch_size=1",
+    "cluster.gpus_per_node=2",
+    "grpo.max_num_steps=2",
+    "logger.tensorboard_enabled=true",
+    "logger.wandb_enabled=false",
+    "logger.monitor_gpus=true",
+    "checkpointing.enabled=false",
+]
+
+
+@pytest.fixture
+def in_repo(test_assets: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The shipped configs' relative paths point into tests/unit/test_assets: run from the repo root."""
+    monkeypatch.chdir(ROOT)
+    return test_assets
+
+
+def _resolved(path: Path, overrides: list[str]) -> tuple[dict, list[str]]:
+    cfg = load_config(path, overrides)
+    return cfg, resolve_upstream_keys(cfg)
+
+
+def test_upstream_sft_overrides_are_accepted_with_their_meaning(in_repo: Path) -> None:
+    cfg, problems = _resolved(SFT_YAML, UPSTREAM_SFT)
+    assert problems == []
+    assert cfg["cluster"]["num_workers"] == 2  # gpus_per_node=2: two policy workers (CPU ones here)
+    assert cfg["cluster"]["gpus_per_worker"] == "auto"  # a GPU each only where the cluster has them
+    assert cfg["policy"]["megatron_recipe"] == RECIPE and cfg["policy"]["megatron_cfg"]["enabled"] is False
+    assert (cfg["sft"]["val_batches"], cfg["sft"]["val_period"], cfg["sft"]["max_num_steps"]) == (1, 3, 3)
+    assert cfg["logger"]["tensorboard_enabled"] is True and cfg["logger"]["monitor_gpus"] is True
+    assert cfg["logger"]["wandb_enabled"] is False
+    assert validate_sft(cfg) == []
+
+
+def test_upstream_grpo_overrides_are_accepted_with_their_meaning(in_repo: Path) -> None:
+    cfg, problems = _resolved(GRPO_YAML, UPSTREAM_GRPO)
+    assert problems == []
+    assert cfg["cluster"]["num_workers"] == 2
+    assert cfg["grpo"]["num_prompts_per_step"] * cfg["grpo"]["num_generations_per_prompt"] == 8
+    assert cfg["checkpointing"]["enabled"] is False
+    assert validate_grpo(cfg) == []
+
+
+@pytest.mark.parametrize(
+    "overrides, workers",
+    [
+        ([], 1),  # neither given: cluster.num_workers decides
+        (["cluster.num_workers=2"], 2),
+        (["cluster.gpus_per_node=4"], 4),
+        (["cluster.num_nodes=2"], 2),  # upstream's gpus_per_node defaults to 1
+        (["cluster.gpus_per_node=2", "cluster.num_nodes=2"], 4),
+        (["cluster.gpus_per_node=2", "cluster.num_workers=2"], 2),  # the same count twice: fine
+        (["cluster.gpus_per_node=2", "cluster.num_nodes=null"], 2),
+    ],
+)
+def test_gpus_per_node_times_num_nodes_is_the_worker_count(in_repo: Path, overrides: list[str], workers: int) -> None:
+    cfg, problems = _resolved(SFT_YAML, overrides)
+    assert problems == []
+    assert cfg["cluster"]["num_workers"] == workers
+
+
+@pytest.mark.parametrize(
+    "yaml, overrides, problem",
+    [
+        (
+            SFT_YAML,
+            ["logger.wandb_enabled=true"],
+            "logger.wandb_enabled must be false: there is no Weights & Biases here, the metrics go to "
+            "TensorBoard under logger.log_dir (logger.tensorboard_enabled=true); write "
+            "logger.wandb_enabled=false or drop it",
+        ),
+        (
+            GRPO_YAML,
+            ["logger.wandb_enabled=true"],
+            "logger.wandb_enabled must be false: there is no Weights & Biases here",
+        ),
+        (
+            SFT_YAML,
+            [f"policy.megatron_recipe={RECIPE}", "policy.megatron_cfg.enabled=true"],
+            f"policy.megatron_recipe ('{RECIPE}') names a Megatron-Bridge recipe, and there is no "
+            "Megatron-Bridge here: the Megatron backend (policy.megatron_cfg.enabled=true) builds its model "
+            "from policy.model_name and policy.megatron_cfg; write policy.megatron_recipe=null",
+        ),
+        (SFT_YAML, ["policy.megatron_recipe=''"], "policy.megatron_recipe must be null or a non-empty string"),
+        (SFT_YAML, ["cluster.gpus_per_node=0"], "cluster.gpus_per_node must be null or an integer >= 1, got 0"),
+        (SFT_YAML, ["cluster.num_nodes=1.5"], "cluster.num_nodes must be null or an integer >= 1, got 1.5"),
+        (
+            SFT_YAML,
+            ["cluster.gpus_per_node=2", "cluster.num_workers=4"],
+            "cluster.num_workers (4) disagrees with cluster.gpus_per_node x cluster.num_nodes (2 x null): "
+            "set one of them",
+        ),
+    ],
+)
+def test_upstream_values_without_a_meaning_here_are_refused(
+    in_repo: Path, yaml: Path, overrides: list[str], problem: str
+) -> None:
+    cfg, problems = _resolved(yaml, overrides)
+    assert len(problems) == 1 and problems[0].startswith(problem), problems
+    assert "\n" not in problems[0]
+
+
+def test_a_refused_upstream_key_changes_nothing(in_repo: Path) -> None:
+    cfg, problems = _resolved(SFT_YAML, ["cluster.gpus_per_node=2", "logger.wandb_enabled=true"])
+    assert problems and cfg["cluster"]["num_workers"] == 1
+
+
+def test_megatron_with_no_recipe_is_untouched(in_repo: Path) -> None:
+    """tests/functional/sft_megatron.sh: the Megatron backend, recipe left at null."""
+    assert _resolved(SFT_YAML, ["policy.megatron_cfg.enabled=true"])[1] == []
+
+
+def test_wandb_enabled_must_be_a_boolean(in_repo: Path) -> None:
+    with pytest.raises(ConfigError, match="bad value for 'logger.wandb_enabled': expected a bool"):
+        load_config(SFT_YAML, ["logger.wandb_enabled=maybe"])
+
+
+def test_a_config_without_upstreams_keys_is_left_as_it_is(tmp_path: Path) -> None:
+    p = tmp_path / "old.yaml"
+    p.write_text("cluster: {num_workers: 3, gpus_per_worker: auto}\nlogger: {log_dir: x}\n")
+    cfg = load_config(p)
+    assert resolve_upstream_keys(cfg) == []
+    assert cfg == {"cluster": {"num_workers": 3, "gpus_per_worker": "auto"}, "logger": {"log_dir": "x"}}
+
+
+def _example_main(script: str) -> Callable[[list[str]], int]:
+    if str(ROOT / "examples") not in sys.path:  # as when run as a script: _cli.py sits beside it
+        sys.path.insert(0, str(ROOT / "examples"))
+    spec = importlib.util.spec_from_file_location(f"_example_{Path(script).stem}", ROOT / "examples" / script)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(
+    "script, overrides, status, line",
+    [
+        ("run_sft.py", UPSTREAM_SFT, 0, "config ok: "),
+        ("run_grpo_math.py", UPSTREAM_GRPO, 0, "config ok: "),
+        ("run_sft.py", [*UPSTREAM_SFT, "logger.wandb_enabled=true"], 2, "error: logger.wandb_enabled must be false"),
+        (
+            "run_sft.py",
+            [*UPSTREAM_SFT, "policy.megatron_cfg.enabled=true"],
+            2,
+            "error: policy.megatron_recipe ('megatron.bridge",
+        ),
+        # the worker count from gpus_per_node meets the algorithm's own rules
+        ("run_sft.py", ["cluster.gpus_per_node=3"], 2, "error: policy.train_global_batch_size (32) must be a multiple"),
+    ],
+)
+def test_the_examples_apply_upstreams_keys_before_their_rules(
+    in_repo: Path, capsys: pytest.CaptureFixture[str], script: str, overrides: list[str], status: int, line: str
+) -> None:
+    assert _example_main(script)(["--check-config", *overrides]) == status
+    out, err = capsys.readouterr()
+    shown = out if status == 0 else err
+    assert shown.startswith(line) and shown.count("\n") == 1, (out, err)
