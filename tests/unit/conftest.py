@@ -1,11 +1,20 @@
-"""Shared fixtures of the unit tests: offline assets and one Ray cluster per session."""
+"""Shared fixtures of the unit tests: offline assets and one Ray cluster per session.
+
+The second half gives upstream NeMo RL's fixture names (its tests/unit/conftest.py) their
+meaning here, so a test written upstream reads the same: `tiny_*_model_path`,
+`init_ray_cluster`, `ray_gpu_monitor`, `session_data`, `distributed_test_runner`
+(docs/from-upstream.md lists the differences). Nothing here imports the library at module
+level: every test's import closure holds this file.
+"""
 
 from __future__ import annotations
 
 import importlib.util
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -79,3 +88,174 @@ def ray_cluster() -> Iterator[object]:
     yield info
     if not already:
         ray.shutdown()
+
+
+# ---------------------------------------------------------------- upstream NeMo RL's names
+# Its tiny models are built offline here (prepare_unit_test_assets.py), with random weights and
+# the local tokenizer instead of a gated model's: tiny_llama_model_path is `tiny_llama`.
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_model_path(tiny_llama: str) -> str:
+    """A tiny Llama (2 layers, untied embeddings) with its tokenizer."""
+    return tiny_llama
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_tied_model_path(test_assets: Path) -> str:
+    """The tiny Llama with tied input and output embeddings."""
+    return str(test_assets / "tiny_llama_tied")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2_model_path(tiny_qwen2: str) -> str:
+    """A tiny Qwen2 with its tokenizer."""
+    return tiny_qwen2
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3_model_path(test_assets: Path) -> str:
+    """A tiny Qwen3 (q/k norms) with its tokenizer."""
+    return str(test_assets / "tiny_qwen3")
+
+
+@pytest.fixture(scope="session")
+def tiny_gemma3_model_path(test_assets: Path) -> str:
+    """A tiny Gemma 3 text model (tied embeddings) with its tokenizer."""
+    return str(test_assets / "tiny_gemma3")
+
+
+@pytest.fixture(scope="session")
+def tiny_nemotron5_h_model_path(test_assets: Path) -> str:
+    """A tiny Nemotron-H: one Mamba-2, one attention and one MLP layer, with its tokenizer
+    (transformers' own NemotronH classes: no remote code)."""
+    return str(test_assets / "tiny_nemotron5_h")
+
+
+@pytest.fixture(scope="session")
+def init_ray_cluster(ray_cluster: object) -> object:
+    """Upstream's name for `ray_cluster` (the ClusterInfo). Not autouse as upstream's is: a
+    test that needs Ray names it, so a run of tests that do not never starts Ray."""
+    return ray_cluster
+
+
+@pytest.fixture(scope="session")
+def ray_gpu_monitor(init_ray_cluster: object) -> Any:
+    """GPU memory and utilisation of every GPU of the Ray cluster, read when asked:
+    `ray_gpu_monitor.collect(force=True)` -> {"gpu/node<i>_gpu<j>/memory_used_mib": MiB, ...}
+    ({} without GPUs). The library's GpuMonitor; upstream's polls in a thread every second."""
+    from nemo_rl.utils.gpu_monitor import GpuMonitor
+
+    return GpuMonitor(interval_s=0)
+
+
+@pytest.fixture(scope="session")
+def session_data(request: pytest.FixtureRequest) -> Mapping[str, Any]:
+    """The record this session writes to unit_results.json, read live: upstream's keys
+    (`metrics`, `git_commit`, `start_time`, `gpu_types`, `coverage`, `exit_status`) and the
+    harness's (`tests`, `memory_unit`, `memory_source`). Read-only: metrics go in through
+    `tracker`, which checks them and carries them from an xdist worker."""
+    from testharness.tracker import session_record
+
+    return session_record(request.config)
+
+
+DIST_TIMEOUT = timedelta(minutes=5)  # a rank left waiting in a collective fails, not hangs
+
+
+class RankFailed(RuntimeError):
+    """A rank of distributed_test_runner raised: the first to fail, with its traceback."""
+
+
+def _distributed_test_wrapper(
+    rank: int, test_fn: Callable[[int, int], None], world_size: int, init_method: str, backend: str, errors: Path
+) -> None:
+    """One rank of distributed_test_runner, in a spawned process: join the group, run, leave.
+    A failure is also written to `errors` with its time: the rank that failed first is the
+    cause, the others (a peer gone in a collective) its consequences."""
+    import time
+    import traceback
+
+    import torch
+    import torch.distributed as dist
+
+    def record() -> None:  # before leaving the group: the peers fail once this rank has left
+        if not (errors / f"rank{rank}").exists():
+            (errors / f"rank{rank}").write_text(f"{time.time()}\n{traceback.format_exc()}")
+
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size))
+    try:
+        if backend == "nccl":
+            torch.cuda.set_device(rank)
+        dist.init_process_group(
+            backend, init_method=init_method, rank=rank, world_size=world_size, timeout=DIST_TIMEOUT
+        )
+        try:
+            test_fn(rank, world_size)
+        except BaseException:
+            record()
+            raise
+        finally:
+            dist.destroy_process_group()
+    except BaseException:
+        record()
+        raise
+
+
+def _rank_failures(errors: Path) -> str | None:
+    """The ranks' failures, first one first, or None when no rank wrote one."""
+    found = []
+    for file in errors.glob("rank*"):
+        when, _, text = file.read_text().partition("\n")
+        found.append((float(when), int(file.name[4:]), text.rstrip()))
+    if not found:
+        return None
+    found.sort()
+    (_, rank, text), rest = found[0], found[1:]
+    later = "".join(f"\nthen rank {r}: {t.splitlines()[-1]}" for _, r, t in rest)
+    return f"rank {rank} failed first:\n{text}{later}"
+
+
+@pytest.fixture
+def distributed_test_runner(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., None]:
+    """`run(test_fn, world_size, backend=None)`: run `test_fn(rank, world_size)` in
+    `world_size` spawned processes that form one torch.distributed group; a rank that raises
+    fails the test (RankFailed, with the traceback of the rank that failed first). The backend
+    is NCCL (one GPU per rank) when this machine has `world_size` GPUs, else gloo on the CPU:
+    write `test_fn` for both, e.g. `device = "cuda" if dist.get_backend() == "nccl" else "cpu"`.
+    `backend="nccl"` without enough GPUs skips, naming the need. `test_fn` must be importable
+    (module level, or a functools.partial of such a function). Mark such a test `uses_cuda`:
+    under -n it then holds this node's GPUs while it runs."""
+
+    def run(test_fn: Callable[[int, int], None], world_size: int, backend: str | None = None) -> None:
+        import multiprocessing.resource_tracker as resource_tracker
+
+        import torch
+        import torch.multiprocessing as mp
+
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if backend is None:
+            backend = "nccl" if gpus >= world_size else "gloo"
+        if backend == "nccl" and gpus < world_size:
+            pytest.skip(f"backend nccl needs {world_size} GPUs, {gpus} visible")
+        work = tmp_path_factory.mktemp("dist")
+        (work / "errors").mkdir()
+        # A file store, not a TCP port: nothing to collide with on a shared machine.
+        init_method = (work / "store").as_uri()
+        tracker_was_running = resource_tracker._resource_tracker._pid is not None  # type: ignore[attr-defined]
+        try:
+            mp.spawn(
+                _distributed_test_wrapper,
+                args=(test_fn, world_size, init_method, backend, work / "errors"),
+                nprocs=world_size,
+            )
+        except Exception as exc:
+            failures = _rank_failures(work / "errors")
+            if failures is None:
+                raise  # a rank died without a Python error (a signal, os._exit): spawn says which
+            raise RankFailed(failures) from exc
+        finally:
+            if not tracker_was_running:  # spawn's helper process would outlive the test
+                resource_tracker._resource_tracker._stop()  # type: ignore[attr-defined]
+
+    return run

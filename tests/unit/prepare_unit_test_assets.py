@@ -6,6 +6,9 @@ Makes, under tests/unit/test_assets/ (git-ignored):
   tokenizer/     a byte-level BPE trained here with `tokenizers`, with a chat template
   tiny_llama/    a Llama config with random weights, saved with save_pretrained (+ tokenizer)
   tiny_qwen2/    the same for Qwen2
+  tiny_llama_tied/, tiny_qwen3/, tiny_gemma3/, tiny_nemotron5_h/
+                 the same for the other tiny models upstream NeMo RL's tests use (Llama with
+                 tied embeddings, Qwen3, Gemma 3, Nemotron-H's Mamba/attention/MLP hybrid)
   data/          sft_{train,val}.jsonl (chat), math_{train,val}.jsonl (problems + answers)
                  and math_sft_{train,val}.jsonl (the math problems as chat, for SFT warm-up)
 
@@ -22,6 +25,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +39,10 @@ CHAT_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
+# Tiny models, each saved as test_assets/tiny_<family>/ with the tokenizer above. The first two
+# are this project's own; the others are those upstream NeMo RL's tests build (its
+# tiny_<family>_model_path fixtures), here with random weights and the local tokenizer.
+MODELS = ("llama", "qwen2", "llama_tied", "qwen3", "gemma3", "nemotron5_h")
 MATH_PROMPT = "Compute {a} {op} {b}. Put the final answer in \\boxed{{}}."
 
 # Made-up facts so the SFT set is learnable from its own content, not from pretraining.
@@ -208,7 +216,8 @@ def build_tokenizer(out: Path, data_dir: Path) -> None:
 
 
 def _tiny_config(family: str, vocab_size: int, pad_id: int, eos_id: int, bos_id: int) -> Any:
-    from transformers import LlamaConfig, Qwen2Config
+    """A 2-3 layer config of `family` (MODELS) with this tokenizer's vocabulary and special ids."""
+    from transformers import Gemma3TextConfig, LlamaConfig, NemotronHConfig, Qwen2Config, Qwen3Config
 
     common: dict[str, Any] = dict(
         vocab_size=vocab_size,
@@ -223,7 +232,27 @@ def _tiny_config(family: str, vocab_size: int, pad_id: int, eos_id: int, bos_id:
         eos_token_id=eos_id,
         bos_token_id=bos_id,
     )
-    return LlamaConfig(**common) if family == "llama" else Qwen2Config(**common)
+    if family == "llama":
+        return LlamaConfig(**common)
+    if family == "llama_tied":
+        return LlamaConfig(**{**common, "tie_word_embeddings": True})
+    if family == "qwen2":
+        return Qwen2Config(**common)
+    if family == "qwen3":
+        return Qwen3Config(**common, head_dim=32)
+    if family == "gemma3":  # Gemma 3 ties its embeddings
+        return Gemma3TextConfig(**{**common, "tie_word_embeddings": True}, head_dim=32)
+    if family == "nemotron5_h":  # one Mamba-2, one attention and one MLP layer ("M*-")
+        return NemotronHConfig(  # type: ignore[call-arg]  # transformers 5: an alias of layers_block_type
+            **{**common, "num_hidden_layers": 3},
+            hybrid_override_pattern="M*-",
+            head_dim=32,
+            mamba_num_heads=8,
+            mamba_head_dim=16,
+            n_groups=1,
+            ssm_state_size=16,
+        )
+    raise ValueError(f"unknown model family {family!r} (one of {', '.join(MODELS)})")
 
 
 def build_model(out: Path, family: str, tokenizer_dir: Path) -> None:
@@ -264,9 +293,10 @@ def _prepare_locked(out: Path, force: bool, log: Callable[[str], None]) -> Path:
     steps: list[tuple[Path, str, Callable[[], None]]] = [
         (out / "data", "math_sft_val.jsonl", lambda: build_data(out / "data")),
         (out / "tokenizer", "tokenizer.json", lambda: build_tokenizer(out / "tokenizer", out / "data")),
-        (out / "tiny_llama", "model.safetensors", lambda: build_model(out / "tiny_llama", "llama", out / "tokenizer")),
-        (out / "tiny_qwen2", "model.safetensors", lambda: build_model(out / "tiny_qwen2", "qwen2", out / "tokenizer")),
     ]
+    for family in MODELS:
+        model_dir = out / f"tiny_{family}"
+        steps.append((model_dir, "model.safetensors", partial(build_model, model_dir, family, out / "tokenizer")))
     for path, marker, build in steps:
         if not force and _complete(path, marker):
             log(f"[assets] reuse  {path.relative_to(out.parent)}")

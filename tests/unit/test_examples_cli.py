@@ -113,11 +113,23 @@ def test_model_source(tmp_path: Path, tiny_llama: str, monkeypatch: pytest.Monke
     # A Hub id is left to transformers (cache or download), unless the Hub is off and it is not cached.
     assert looks_like_hub_id("org/name") and looks_like_hub_id("gpt2")
     assert not looks_like_hub_id("/abs/path") and not looks_like_hub_id("a/b/c") and not looks_like_hub_id("./x")
-    assert check("some-org/some-model-that-is-not-cached") is None
+    # huggingface_hub reads HF_HUB_OFFLINE once, at import, into `constants` (what transformers
+    # obeys too): both states are set here, whatever the environment running the suite says.
     from huggingface_hub import constants
 
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    assert check("some-org/some-model-that-is-not-cached") is None
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     assert "HF_HUB_OFFLINE is set" in str(check("some-org/some-model-that-is-not-cached"))
+    # Offline, a model in the Hub cache is fine: a cache of one snapshot, as a download leaves it.
+    cache = tmp_path / "hub"
+    repo = cache / "models--some-org--cached-model"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("0" * 40)
+    (repo / "snapshots" / ("0" * 40)).mkdir(parents=True)
+    (repo / "snapshots" / ("0" * 40) / "config.json").write_text("{}")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    assert check("some-org/cached-model") is None
 
 
 def test_sft_checkpoint(tmp_path: Path) -> None:

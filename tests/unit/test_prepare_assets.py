@@ -25,7 +25,9 @@ def test_two_processes_preparing_at_once_build_each_asset_once(tmp_path: Path) -
     assert [p.returncode for p in procs] == [0, 0], logs
     built = [line for log in logs for line in log.splitlines() if "[assets] built" in line]
     reused = [line for log in logs for line in log.splitlines() if "[assets] reuse" in line]
-    assert len(built) == 4 and len(reused) == 4, logs  # data, tokenizer, two models: one build each
-    for model in ("tiny_llama", "tiny_qwen2"):
+    models = ("tiny_llama", "tiny_qwen2", "tiny_llama_tied", "tiny_qwen3", "tiny_gemma3", "tiny_nemotron5_h")
+    steps = 2 + len(models)  # data, tokenizer, the models: one build each
+    assert len(built) == steps and len(reused) == steps, logs
+    for model in models:
         assert (out / model / "model.safetensors").is_file()
         assert (out / model / "tokenizer.json").is_file()
