@@ -39,16 +39,18 @@ __all__ = [  # write_json_atomic: re-exported for the tracker's summary file
     "ResultsFileError",
     "Run",
     "TestRecord",
-    "ambiguous_stems",
     "build_results",
     "check_metric",
     "finite_number",
+    "git_added_times",
     "git_commit",
     "has_real_commit",
     "metric_key",
     "parse_results",
+    "path_keyed_files",
     "read_results_file",
     "rewrite_results",
+    "stem_clashes",
     "test_files_under",
     "write_json_atomic",
     "write_json_new",
@@ -66,26 +68,65 @@ class MetricError(TypeError):
     """A tracked metric that cannot go into the JSON file (message names the metric)."""
 
 
-def metric_key(nodeid: str, ambiguous_stems: frozenset[str] = frozenset()) -> str:
+def metric_key(nodeid: str, path_keyed: frozenset[str] = frozenset()) -> str:
     """`tests/unit/x/test_a.py::TestC::test_b[p1]` -> `test_a::TestC::test_b[p1]`.
 
     The module part is the file stem (as in the documented `test_module::test_function`); the
     rest of the node id, parameter id included, is kept so parametrised cases never merge.
-    Where two test files share a stem (`a/test_x.py`, `b/test_x.py`), the module part is the
-    file's path without `.py` instead (`tests/unit/a/test_x::test`), so keys stay unique.
+    A file in `path_keyed` (one that shares its stem with an older test file: `path_keyed_files`)
+    has its path without `.py` as the module part instead (`tests/unit/b/test_x::test`).
     """
     path, sep, rest = nodeid.partition("::")
-    stem = Path(path).stem
-    module = str(Path(path).with_suffix("").as_posix()) if stem in ambiguous_stems else stem
+    module = PurePosixPath(path).with_suffix("").as_posix() if path in path_keyed else PurePosixPath(path).stem
     return f"{module}{sep}{rest}" if sep else module
 
 
-def ambiguous_stems(test_files: Iterable[str]) -> frozenset[str]:
-    """File stems shared by two or more of `test_files` (paths as in node ids)."""
+def stem_clashes(test_files: Iterable[str]) -> dict[str, list[str]]:
+    """{stem: sorted paths} for the file stems shared by two or more of `test_files`."""
     seen: dict[str, set[str]] = {}
     for path in test_files:
         seen.setdefault(PurePosixPath(path).stem, set()).add(path)
-    return frozenset(stem for stem, paths in seen.items() if len(paths) > 1)
+    return {stem: sorted(paths) for stem, paths in sorted(seen.items()) if len(paths) > 1}
+
+
+def path_keyed_files(clashes: Mapping[str, Iterable[str]], added: Mapping[str, float]) -> frozenset[str]:
+    """The files of `clashes` whose keys carry their path: all of a stem's files but the oldest.
+
+    The oldest is the one git added first (`added`: path -> time of the commit that first
+    added it; a file missing there, untracked or without git, counts as the newest), then the
+    first by path. So a test file added beside an existing one of the same name never changes
+    the existing file's keys: the newcomer gets the long ones."""
+    keyed: set[str] = set()
+    for paths in clashes.values():
+        order = sorted(paths, key=lambda p: (added.get(p, math.inf), p))
+        keyed.update(order[1:])
+    return frozenset(keyed)
+
+
+def git_added_times(root: Path, paths: Iterable[str]) -> dict[str, float]:
+    """{path: commit time of the oldest commit that added it at that path}, for the `paths`
+    (relative to `root`) that git knows; {} without git or outside a checkout. A shallow
+    clone knows only its own commits: files it got in one commit tie (`path_keyed_files`
+    then orders them by path)."""
+    wanted = sorted({p for p in paths if not PurePosixPath(p).is_absolute() and ".." not in PurePosixPath(p).parts})
+    if not wanted:
+        return {}
+    cmd = ["git", "-C", str(root), "log", "--diff-filter=A", "--no-renames", "--relative"]
+    cmd += ["--format=%x00%ct", "--name-only", "--", *wanted]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    if proc.returncode != 0:
+        return {}
+    times: dict[str, float] = {}
+    when: float | None = None
+    for line in proc.stdout.splitlines():
+        if line.startswith("\0"):
+            when = float(line[1:])
+        elif line and when is not None:
+            times[line] = min(times.get(line, math.inf), when)
+    return times
 
 
 def test_files_under(roots: Iterable[Path], rootdir: Path, patterns: Iterable[str]) -> set[str]:

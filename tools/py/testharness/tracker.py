@@ -7,6 +7,10 @@ Where results go: `--unit-results-dir DIR`, else $TESTHARNESS_RESULTS_DIR, else
 `[tool.testharness] results_dir` (default tests/unit) under the pytest rootdir. Without an
 explicit dir they are written only when the run concerns a configured test root
 (`test_roots`, default tests/unit), so a pytest run on an unrelated directory writes nothing.
+
+Metric keys are `<file stem>::<test>` and never change because another file was added: where
+test files share a name, the one git added first keeps the short keys, the others' keys carry
+their path, and collection warns, naming the files (results.path_keyed_files).
 """
 
 from __future__ import annotations
@@ -14,10 +18,12 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Generator, Iterator
+import warnings
+from collections.abc import Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -48,13 +54,30 @@ class _State:
     cluster_read: bool = False
     deselected: int = 0
     session: pytest.Session | None = None
-    ambiguous_stems: frozenset[str] = frozenset()  # test file names found in two folders
+    path_keyed: frozenset[str] | None = None  # test files whose keys carry their path (set at collection)
+    added: dict[str, float] = field(default_factory=dict)  # when git added each of those files
     document: dict[str, Any] | None = None  # what was written, and where
     paths: tuple[Path, ...] = ()
     written_to: str = ""
 
     def key(self, nodeid: str) -> str:
-        return results.metric_key(nodeid, self.ambiguous_stems)
+        return results.metric_key(nodeid, self.path_keyed or frozenset())
+
+    def learn_test_files(
+        self, rootdir: Path, collected: Iterable[str], patterns: Iterable[str]
+    ) -> dict[str, list[str]]:
+        """Decide, once per session, which test files' keys carry their path
+        (results.path_keyed_files), among the collected files and every test file under the
+        test roots, so a key does not depend on what a run selects. Returns the shared names."""
+        files = set(collected)
+        roots = tuple(r for r in self.settings.test_roots if r.is_dir())
+        files.update(results.test_files_under(roots, rootdir, patterns))
+        clashes = results.stem_clashes(files)
+        if self.path_keyed is None:
+            if clashes:
+                self.added = results.git_added_times(rootdir, [p for paths in clashes.values() for p in paths])
+            self.path_keyed = results.path_keyed_files(clashes, self.added)
+        return clashes
 
 
 _STATE = pytest.StashKey[_State]()
@@ -147,7 +170,7 @@ def _finish_attempt(st: _State, nodeid: str) -> None:
 
 
 class Tracker:
-    """Records metrics for one test under `<module stem>::<test name[param id]>`."""
+    """Records metrics for one test under `<file stem>::<test name[param id]>`."""
 
     def __init__(self, state: _State, key: str) -> None:
         self._state = state
@@ -188,6 +211,59 @@ def tracker(request: pytest.FixtureRequest) -> Iterator[Tracker]:
         yield t
     finally:
         t._metrics["_elapsed"] = time.perf_counter() - start
+
+
+class SessionRecord(Mapping[str, Any]):
+    """What this session's unit_results.json will hold, read live (upstream NeMo RL's
+    `session_data`): the keys of the results schema, `metrics` as every tracker of this
+    process recorded it so far (a read-only view: record through `tracker`, which checks the
+    value and carries it from an xdist worker). `exit_status` is "was not set" until the
+    session ends, as upstream's."""
+
+    KEYS = ("exit_status", "git_commit", "start_time", "metrics", "gpu_types", "coverage",
+            "memory_unit", "memory_source", "tests")  # fmt: skip
+
+    def __init__(self, config: pytest.Config) -> None:
+        self._config = config
+        self._state = _state(config)
+        self._commit: str | None = None
+
+    def __getitem__(self, key: str) -> Any:
+        st = self._state
+        if key == "exit_status":
+            return st.document["exit_status"] if st.document is not None else "was not set"
+        if key == "git_commit":
+            if self._commit is None:
+                self._commit = results.git_commit(st.settings.root)
+            return self._commit
+        if key == "start_time":
+            return st.start.strftime(results.START_TIME_FORMAT)
+        if key == "metrics":
+            return MappingProxyType(st.metrics)
+        if key == "gpu_types":
+            return sorted(st.gpu_names)
+        if key == "coverage":
+            return _coverage(self._config, st)
+        if key == "memory_unit":
+            return results.MEMORY_UNIT
+        if key == "memory_source":
+            return st.memory_source
+        if key == "tests":
+            return {nodeid: rec.as_json() for nodeid, rec in st.tests.items()}
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.KEYS)
+
+    def __len__(self) -> int:
+        return len(self.KEYS)
+
+
+def session_record(config: pytest.Config) -> SessionRecord:
+    """The live record of this session (see SessionRecord); a clear error without the tracker."""
+    if _STATE not in config.stash:
+        raise RuntimeError("session_record: the testharness tracker plugin is not active in this run")
+    return SessionRecord(config)
 
 
 # --- session end -------------------------------------------------------------------------
@@ -266,6 +342,22 @@ def _amend_exit_status(session: pytest.Session, st: _State) -> None:
     results.rewrite_results(st.paths, st.document)
 
 
+def _warn_clash(stem: str, paths: list[str], st: _State, rootdir: Path) -> None:
+    """One collection warning per shared file name, naming every file and its keys."""
+    path_keyed = st.path_keyed or frozenset()
+    owner = next((p for p in paths if p not in path_keyed), paths[0])
+    others = [p for p in paths if p != owner]
+    first = owner in st.added and all(st.added.get(p, float("inf")) > st.added[owner] for p in others)
+    long_keys = "; ".join(f"{p} gets {results.metric_key(p + '::', path_keyed)}<test>" for p in others)
+    reason = "git added it first" if first else "the first by path: git does not tell them apart"
+    message = (
+        f"metric keys: test files share the name {stem}.py. {owner} keeps {stem}::<test> ({reason}); "
+        f"{long_keys}. Rename one of them to give each file short keys of its own."
+    )
+    file = rootdir / owner if not Path(owner).is_absolute() else Path(owner)
+    warnings.warn_explicit(pytest.PytestCollectionWarning(message), pytest.PytestCollectionWarning, str(file), 1)
+
+
 _MEMORY_RANK = {"none": 0, "rss": 1, "gpu": 2}  # workers merged: the most telling source wins
 
 
@@ -281,10 +373,20 @@ class _Recorder:
         self.st.results_dir = _results_dir(session, self.st)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        files = {item.nodeid.partition("::")[0] for item in session.items}
-        roots = tuple(r for r in self.st.settings.test_roots if r.is_dir())
-        files.update(results.test_files_under(roots, session.config.rootpath, session.config.getini("python_files")))
-        self.st.ambiguous_stems = results.ambiguous_stems(files)
+        config = session.config
+        collected = {item.nodeid.partition("::")[0] for item in session.items}
+        clashes = self.st.learn_test_files(config.rootpath, collected, config.getini("python_files"))
+        for stem, paths in clashes.items():
+            _warn_clash(stem, paths, self.st, config.rootpath)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        # The xdist controller collects nothing itself: it learns the files from a worker's
+        # collection (the same in every worker) to key the metrics the workers send.
+        if self.st.path_keyed is None and self.st.session is not None:
+            config = self.st.session.config
+            collected = {nodeid.partition("::")[0] for nodeid in ids}
+            self.st.learn_test_files(config.rootpath, collected, config.getini("python_files"))
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
         self.st.deselected += len(items)

@@ -93,7 +93,9 @@ def test_history_ignores_records_of_runs_without_tests(tmp_path: Path) -> None:
 # --- metric keys ------------------------------------------------------------------------------
 
 
-def test_test_files_sharing_a_name_get_distinct_stable_keys(tmp_path: Path) -> None:
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_test_files_sharing_a_name_get_distinct_stable_keys(tmp_path: Path, xdist: list[str]) -> None:
+    # Not a git checkout: the first by path keeps the short keys (test_tracker.py: with git).
     root = write_project(tmp_path, {
         "tests/a/test_x.py": "def test(tracker):\n    tracker.track('v', 'a')\n",
         "tests/b/test_x.py": "def test(tracker):\n    tracker.track('v', 'b')\n",
@@ -101,14 +103,16 @@ def test_test_files_sharing_a_name_get_distinct_stable_keys(tmp_path: Path) -> N
     })  # fmt: skip
     for d in ("tests/a", "tests/b"):
         (root / d / "__init__.py").write_text("")  # two modules named test_x need packages
-    proc = _pytest(root)
+    proc = _pytest(root, *xdist)  # under -n the controller keys what the workers send alike
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    metrics = read_results(root)["metrics"]
-    assert {k: v["v"] for k, v in metrics.items()} == {
-        "tests/a/test_x::test": "a",
+    assert "share the name test_x.py" in proc.stdout
+    doc = read_results(root)
+    assert {k: v["v"] for k, v in doc["metrics"].items()} == {
+        "test_x::test": "a",
         "tests/b/test_x::test": "b",
         "test_y::test": "y",
     }
-    only_a = _pytest(root, "tests/a/test_x.py")  # the key does not depend on what a run selects
-    assert only_a.returncode == 0
-    assert list(read_results(root)["metrics"]) == ["tests/a/test_x::test"]
+    assert doc["tests"]["tests/b/test_x.py::test"]["key"] == "tests/b/test_x::test"
+    only_b = _pytest(root, "tests/b/test_x.py", *xdist)  # the key does not depend on what a run selects
+    assert only_b.returncode == 0
+    assert list(read_results(root)["metrics"]) == ["tests/b/test_x::test"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -223,3 +224,103 @@ def test_actor():
     assert doc["coverage"] == pytest.approx(80.0), result.stdout.str()
     result.stdout.fnmatch_lines(["*pkg/mod.py*5*1*80%*7*"])
     assert Path(out / "unit_results").is_dir()
+
+
+# --- metric keys of test files that share a name ------------------------------------------
+
+TWO_ROOTS = '[tool.testharness]\ntest_roots = ["tests"]\n[tool.pytest.ini_options]\ntestpaths = ["tests"]\n'
+
+
+def _test_file(pytester: pytest.Pytester, path: str, value: str) -> None:
+    file = pytester.path / path
+    for part in range(1, len(file.relative_to(pytester.path).parts)):
+        folder = pytester.path.joinpath(*file.relative_to(pytester.path).parts[:part])
+        folder.mkdir(exist_ok=True)
+        (folder / "__init__.py").touch()  # two modules named test_x need packages
+    file.write_text(f"def test(tracker):\n    tracker.track('v', {value!r})\n")
+
+
+def _commit(pytester: pytest.Pytester, path: str, date: str) -> None:
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    env = {**os.environ, "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date, "GIT_CONFIG_NOSYSTEM": "1"}
+    for args in (["init", "-q"], ["add", path], ["commit", "-q", "-m", path]):
+        subprocess.run([*git, *args], cwd=pytester.path, env=env, check=True, capture_output=True)
+
+
+def _values_by_key(doc: dict[str, Any]) -> dict[str, Any]:
+    return {key: m["v"] for key, m in doc["metrics"].items()}
+
+
+def test_a_same_named_file_added_later_never_renames_the_existing_keys(pytester: pytest.Pytester) -> None:
+    pytester.makepyprojecttoml(TWO_ROOTS)
+    _test_file(pytester, "tests/b/test_x.py", "b")
+    _commit(pytester, "tests", "2020-01-01T00:00:00")
+    result, doc = _run(pytester)
+    assert _values_by_key(doc) == {"test_x::test": "b"}
+    assert "PytestCollectionWarning" not in result.stdout.str()
+
+    # A newcomer that sorts first: untracked, then committed, the older file keeps its keys.
+    _test_file(pytester, "tests/a/test_x.py", "a")
+    for committed in (False, True):
+        if committed:
+            _commit(pytester, "tests/a", "2021-01-01T00:00:00")
+        result, doc = _run(pytester)
+        result.assert_outcomes(passed=2, warnings=1)
+        assert _values_by_key(doc) == {"test_x::test": "b", "tests/a/test_x::test": "a"}
+        assert doc["tests"]["tests/a/test_x.py::test"]["key"] == "tests/a/test_x::test"
+        result.stdout.fnmatch_lines(
+            ["*PytestCollectionWarning: metric keys: test files share the name test_x.py. tests/b/test_x.py keeps"
+             " test_x::<test> (git added it first); tests/a/test_x.py gets tests/a/test_x::<test>. Rename one*"]
+        )  # fmt: skip
+
+    # Whatever a run selects: the key is decided by the files, not by the collection.
+    result, doc = _run(pytester, "tests/a")
+    assert _values_by_key(doc) == {"tests/a/test_x::test": "a"}
+
+
+def test_without_git_the_first_by_path_keeps_the_short_keys(pytester: pytest.Pytester) -> None:
+    pytester.makepyprojecttoml(TWO_ROOTS)
+    for path in ("tests/b/test_x.py", "tests/a/test_x.py", "tests/c/d/test_x.py"):
+        _test_file(pytester, path, path.split("/")[1])
+    _test_file(pytester, "tests/b/test_y.py", "y")
+    result, doc = _run(pytester)
+    result.assert_outcomes(passed=4, warnings=1)
+    assert _values_by_key(doc) == {
+        "test_x::test": "a", "tests/b/test_x::test": "b", "tests/c/d/test_x::test": "c", "test_y::test": "y",
+    }  # fmt: skip
+    result.stdout.fnmatch_lines(
+        ["*share the name test_x.py. tests/a/test_x.py keeps test_x::<test> (the first by path: git does not tell"
+         " them apart); tests/b/test_x.py gets tests/b/test_x::<test>; tests/c/d/test_x.py gets"
+         " tests/c/d/test_x::<test>. Rename*"]
+    )  # fmt: skip
+
+
+def test_session_record_is_the_live_record_of_the_session(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(
+        "import pytest\nfrom testharness.tracker import session_record\n"
+        "@pytest.fixture\ndef record(request):\n    return session_record(request.config)\n"
+    )
+    pytester.makepyfile(
+        test_s="""
+import datetime
+
+import pytest
+
+def test_first(tracker):
+    tracker.track("answer", 42)
+
+def test_reads_it(record, tracker):
+    assert record["metrics"]["test_s::test_first"]["answer"] == 42
+    assert tracker.key in record["metrics"]
+    assert record["tests"]["test_s.py::test_first"]["outcome"] == "passed"
+    assert record["exit_status"] == "was not set"
+    assert set(record) == {"exit_status", "git_commit", "start_time", "metrics", "gpu_types", "coverage",
+                           "memory_unit", "memory_source", "tests"}
+    datetime.datetime.strptime(record["start_time"], "%Y-%m-%d %H:%M:%S")
+    with pytest.raises(TypeError):
+        record["metrics"]["other"] = {}  # written through the tracker only
+"""
+    )
+    result, doc = _run(pytester, "-p", "no:randomly")
+    result.assert_outcomes(passed=2)
+    assert doc["metrics"]["test_s::test_first"]["answer"] == 42
