@@ -6,6 +6,13 @@
   mutually exclusive;
 - upstream's L0 invocations: `cd tests; bash run_unit.sh unit/ --ignore=unit/...` and, from
   the root, `bash tests/run_unit.sh unit/ --ignore=unit/... --deselect unit/...::test`;
+- a test file written upstream, with upstream's fixtures (`tiny_llama_model_path`,
+  `distributed_test_runner`, `tracker`, `session_data` of tests/unit/conftest.py) and a
+  `@pytest.mark.vllm` test, beside upstream's vllm test file that imports vllm: `cd tests; bash
+  run_unit.sh unit/models/ --ignore=unit/models/generation/test_vllm_generation.py` runs it as
+  upstream would, and its metric lands under `<file stem>::<test>` in unit_results.json;
+- upstream's tests/unit/test_check_metrics.py, given by path (NRL_UPSTREAM_CHECK_METRICS_TEST:
+  its code is not ours to commit), passes against tests/check_metrics.py;
 - `./tests/check_metrics.py` and `./tests/json_dump_tb_logs.py` are executable (uv shebang),
   from the root and from another directory, and `uv run tests/check_metrics.py` still works.
 """
@@ -47,15 +54,21 @@ def test_in_the_ignored_folder():
 """
 
 
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    """This repository's pyproject.toml (its marker groups, strict markers) and run_unit.sh,
-    with a tests/unit of upstream-style files instead of the library's suite."""
-    root = tmp_path / "proj"
+def _new_project(root: Path) -> Path:
+    """This repository's pyproject.toml (its marker groups, strict markers) and run_unit.sh in
+    `root`, with an empty tests/unit (returned) instead of the library's suite."""
     unit = root / "tests" / "unit"
     (unit / "models" / "generation").mkdir(parents=True)
     shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
     shutil.copy(REPO / "tests" / "run_unit.sh", root / "tests" / "run_unit.sh")
+    return unit
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A project (_new_project) whose tests/unit holds upstream-style files."""
+    root = tmp_path / "proj"
+    unit = _new_project(root)
     (unit / "test_upstream_style.py").write_text(UPSTREAM_STYLE)
     (unit / "models" / "generation" / "test_generation_ignored.py").write_text(IGNORED)
     return root
@@ -119,6 +132,139 @@ def test_only_flags_are_mutually_exclusive(project: Path, flags: tuple[str, ...]
     (line,) = proc.stderr.splitlines()
     assert line.startswith("run_unit: ") and " are mutually exclusive: give one of --mcore-only, --vllm-only" in line
     assert all(flag in line.split(":")[1] for flag in flags)
+
+
+# ------------------------------------------------ a test file ported from upstream
+
+# Written as upstream's tests are: its conftest's fixtures by name, its markers, a module-level
+# function for the spawned ranks, the tensor on the device the backend wants.
+PORTED = """\
+import pytest
+import torch
+import torch.distributed as dist
+
+
+def test_tiny_llama_config_loads_offline(tiny_llama_model_path):
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(tiny_llama_model_path)
+    assert config.model_type == "llama" and config.num_hidden_layers == 2
+
+
+def _all_reduce_sum(rank, world_size):
+    device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+    t = torch.tensor([float(rank + 1)], device=device)
+    dist.all_reduce(t)
+    assert t.item() == world_size * (world_size + 1) / 2
+
+
+def test_all_reduce_over_two_ranks(distributed_test_runner):
+    distributed_test_runner(_all_reduce_sum, world_size=2)
+
+
+def test_tracker_and_session_data(tracker, session_data):
+    tracker.track("loss", 0.5)
+    tracker.log_max_mem("max_mem")
+    assert session_data["metrics"][tracker.key]["loss"] == 0.5
+
+
+@pytest.mark.vllm
+def test_vllm_generate():
+    import vllm  # noqa: F401
+"""
+
+# upstream's tests/unit/models/generation/test_vllm_generation.py imports vllm at module level:
+# collected without vllm it is a collection error, hence its L0 scripts' --ignore.
+VLLM_FILE = """\
+import vllm  # noqa: F401
+
+
+def test_vllm_generation():
+    pass
+"""
+
+
+@pytest.fixture
+def ported(tmp_path: Path) -> Path:
+    """A project (_new_project) with this repository's tests/unit/conftest.py (upstream's fixture
+    names) and test assets (a link: built once, by the library's suite or this run), and a
+    file ported from upstream in tests/unit/models/policy/ beside upstream's vllm test file."""
+    root = tmp_path / "proj"
+    unit = _new_project(root)
+    (root / "tests" / "__init__.py").touch()
+    for name in ("__init__.py", "conftest.py", "prepare_unit_test_assets.py"):
+        shutil.copy(REPO / "tests" / "unit" / name, unit / name)
+    (unit / "test_assets").symlink_to(REPO / "tests" / "unit" / "test_assets", target_is_directory=True)
+    (unit / "models" / "policy").mkdir()
+    (unit / "models" / "policy" / "test_ported_from_upstream.py").write_text(PORTED)
+    (unit / "models" / "generation" / "test_vllm_generation.py").write_text(VLLM_FILE)
+    return root
+
+
+def test_a_test_file_ported_from_upstream_runs_as_upstream_would(ported: Path) -> None:
+    ignored = "unit/models/generation/test_vllm_generation.py"
+    proc = _run(ported / "tests", "bash", "run_unit.sh", "unit/models/", f"--ignore={ignored}")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert f"run_unit: -m pytest --durations=15 unit/models/ --ignore={ignored}\n" in proc.stdout
+    assert "3 passed, 1 deselected" in proc.stdout  # the vllm-marked test: deselected, not an error
+    assert proc.stdout.rstrip().endswith("run_unit: all selected tests passed")
+    record = json.loads((ported / "tests" / "unit" / "unit_results.json").read_text())
+    ran = {nodeid: t["outcome"] for nodeid, t in record["tests"].items()}
+    expected = [
+        "test_tiny_llama_config_loads_offline",
+        "test_all_reduce_over_two_ranks",
+        "test_tracker_and_session_data",
+    ]
+    # nothing of the ignored file (which would not even import), nor the vllm-marked test
+    assert ran == {f"tests/unit/models/policy/test_ported_from_upstream.py::{name}": "passed" for name in expected}
+    metrics = record["metrics"]["test_ported_from_upstream::test_tracker_and_session_data"]
+    assert metrics["loss"] == 0.5 and metrics["max_mem"] > 0 and record["memory_unit"] == "MiB"
+
+
+def test_vllm_only_in_the_ported_project_is_one_line_and_exit_2(ported: Path) -> None:
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vllm is installed here")
+    proc = _run(ported / "tests", "bash", "run_unit.sh", "unit/models/policy/", "--vllm-only")
+    assert (proc.returncode, proc.stdout, len(proc.stderr.splitlines())) == (2, "", 1), proc.stderr
+    assert proc.stderr.startswith("run_unit: --vllm-only needs vllm, which cannot be imported")
+
+
+# upstream's own tests of check_metrics.py (its tests/unit/test_check_metrics.py, which inserts
+# its parent's parent into sys.path and imports check_metrics from there)
+UPSTREAM_CHECK_METRICS_TEST = os.environ.get("NRL_UPSTREAM_CHECK_METRICS_TEST")
+
+
+@pytest.mark.skipif(
+    not UPSTREAM_CHECK_METRICS_TEST,
+    reason="set NRL_UPSTREAM_CHECK_METRICS_TEST to a copy of upstream's tests/unit/test_check_metrics.py",
+)
+def test_upstreams_check_metrics_tests_pass_unchanged(tmp_path: Path) -> None:
+    """Every test passes but those that read a file of upstream's repository that this one does
+    not have (tests/test_suites/...: its nightly scripts), which error with FileNotFoundError."""
+    import xml.etree.ElementTree as ET
+
+    assert UPSTREAM_CHECK_METRICS_TEST
+    (tmp_path / "unit").mkdir()
+    shutil.copy(UPSTREAM_CHECK_METRICS_TEST, tmp_path / "unit" / "test_check_metrics.py")
+    (tmp_path / "check_metrics.py").symlink_to(REPO / "tests" / "check_metrics.py")
+    junit = tmp_path / "junit.xml"
+    _run(tmp_path, sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={junit}", "unit")
+    cases = ET.parse(junit).getroot().iter("testcase")
+    outcomes: dict[str, str] = {}
+    for case in cases:
+        problem = next(iter(case.findall("failure") + case.findall("error") + case.findall("skipped")), None)
+        name = f"{case.get('classname')}::{case.get('name')}"
+        if problem is None:
+            outcomes[name] = "passed"
+        elif problem.tag == "error" and "FileNotFoundError" in (problem.get("message") or "") + (problem.text or ""):
+            outcomes[name] = "needs upstream's files"
+            assert "test_suites/" in (problem.text or ""), problem.text
+        else:
+            outcomes[name] = f"{problem.tag}: {problem.get('message')}"
+    assert outcomes and set(outcomes.values()) <= {"passed", "needs upstream's files"}, {
+        k: v for k, v in outcomes.items() if v != "passed"
+    }
 
 
 def test_a_collection_error_is_named_so(project: Path) -> None:
