@@ -183,13 +183,18 @@ base="$(resolve_base)"
 echo ">> base $base ready after $(( $(date +%s) - start ))s" >&2
 builder="$(pick_builder)"
 
-# A small build context: the lock files and the CA bundle only, so that the dependency layer's
-# cache key is exactly (base, uv.lock, pyproject files) and the big repo (.venv) is never sent.
+# A small build context: the lock file, the pyproject files' dependency tables and the CA
+# bundle only, so that the dependency layer's cache key is exactly (base, uv.lock, the
+# dependencies): editing the code or a [tool.pytest]/[tool.testharness]/[tool.ruff] setting
+# never rebuilds it, and the big repo (.venv) is never sent. docker/deps_pyproject.py needs
+# Python 3.11+ (tomllib); an older python3 sends the whole files (same image, more rebuilds).
 ctx="$(mktemp -d "${TMPDIR:-/tmp}/nrl-docker-ctx.XXXXXX")"
 trap 'rm -rf "$ctx"' EXIT
 mkdir -p "$ctx/tools/py"
-cp "$REPO_ROOT/pyproject.toml" "$REPO_ROOT/uv.lock" "$ctx/"
-cp "$REPO_ROOT/tools/py/pyproject.toml" "$ctx/tools/py/"
+cp "$REPO_ROOT/uv.lock" "$ctx/"
+for f in pyproject.toml tools/py/pyproject.toml; do
+  python3 "$REPO_ROOT/docker/deps_pyproject.py" "$REPO_ROOT/$f" >"$ctx/$f" 2>/dev/null || cp "$REPO_ROOT/$f" "$ctx/$f"
+done
 CA_BUNDLE="${CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}"
 if [[ -s "$CA_BUNDLE" ]]; then cp "$CA_BUNDLE" "$ctx/ca-bundle.crt"; else : > "$ctx/ca-bundle.crt"; fi
 if [[ $builder == legacy ]]; then

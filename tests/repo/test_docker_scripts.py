@@ -57,6 +57,7 @@ if cmd == "build":
     shutil.copy(argv[argv.index("--file") + 1], log + ".Dockerfile")
     with open(log + ".context", "w") as f:
         f.write("\\n".join(sorted(os.listdir(argv[-1]))))
+    shutil.copy(os.path.join(argv[-1], "pyproject.toml"), log + ".pyproject.toml")
     sys.exit(0)
 if cmd == "run":
     sys.exit(int(os.environ.get("FAKE_DOCKER_RUN_RC", "0")))
@@ -87,6 +88,7 @@ def fake_repo(tmp_path: Path) -> Path:
         "docker/build.sh",
         "docker/Dockerfile",
         "docker/entrypoint.sh",
+        "docker/deps_pyproject.py",
         "pyproject.toml",
         "uv.lock",
     ]:
@@ -489,6 +491,48 @@ def test_build_uses_the_base_when_it_can_be_pulled(
     # Only the lock files and the CA bundle are sent, never the repo (.venv can be GBs).
     context = (f.log.parent / (f.log.name + ".context")).read_text().split()
     assert context == ["Dockerfile", "ca-bundle.crt", "pyproject.toml", "tools", "uv.lock"]
+
+
+def test_the_build_context_changes_with_the_dependencies_not_with_tool_settings(
+    fake_repo: Path, build_env: tuple[Fakes, dict[str, str], Path]
+) -> None:
+    """The dependency layer's cache key is the context: a pytest or harness setting edited in
+    pyproject.toml must not rebuild it (torch is GBs), a dependency edited must."""
+    f, env, _ = build_env
+    env.update(FAKE_DOCKER_PULL_OK="1")
+    sent = f.log.parent / (f.log.name + ".pyproject.toml")
+
+    def context_pyproject() -> str:
+        assert _run(fake_repo, "docker/build.sh", [], env).returncode == 0
+        return sent.read_text()
+
+    pyproject = fake_repo / "pyproject.toml"
+    first = context_pyproject()
+    assert "[project]" in first and "[tool.uv.sources]" in first and "[dependency-groups]" in first
+    assert "[tool.pytest" not in first and "[tool.testharness" not in first and "[tool.ruff" not in first
+    text = pyproject.read_text()
+    pyproject.write_text(text.replace('addopts = ["--strict-markers"', 'addopts = ["--strict-markers", "-q"'))
+    assert pyproject.read_text() != text
+    assert context_pyproject() == first
+    pyproject.write_text(text.replace("dependencies = [", 'dependencies = [\n    "six",', 1))
+    assert '"six"' in context_pyproject()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'project.name = "x"\n[tool.ruff]\nline-length = 99\n',
+        '[project]\nname = "x"\n[tool.pytest.ini_options]\ns = """\n[project]\n"""\n',
+    ],
+    ids=["a-dotted-key-before-any-table", "a-header-inside-a-string"],
+)
+def test_the_dependency_tables_fall_back_to_the_whole_file_when_not_exact(text: str) -> None:
+    sys.path.insert(0, str(REPO / "docker"))
+    try:
+        from deps_pyproject import dependency_text
+    finally:
+        sys.path.remove(str(REPO / "docker"))
+    assert dependency_text(text) == text
 
 
 def test_build_without_registry_debootstraps_from_the_apt_mirror(
