@@ -6,7 +6,14 @@
 # The logic (flags, Ray/GPU discovery, assets, exit codes) is testharness.unit_runner.
 set -euo pipefail
 
-REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# The checkout this script is in, also when it is reached through a symlink (of the file, or of
+# a folder above it): readlink without -f, cd -P, so it is the same on Linux and macOS.
+SCRIPT="${BASH_SOURCE[0]}"
+while [[ -L "$SCRIPT" ]]; do
+    LINK="$(readlink "$SCRIPT")"
+    [[ "$LINK" == /* ]] && SCRIPT="$LINK" || SCRIPT="$(dirname "$SCRIPT")/$LINK"
+done
+REPO_ROOT="$(cd -P "$(dirname "$SCRIPT")" && cd .. && pwd)"
 PYTHON="${PYTHON:-python}"
 
 wants_help=0

@@ -155,3 +155,28 @@ def test_mcore_only_without_megatron_core_is_one_line_and_exit_2(tmp_path: Path)
         "run_unit: --mcore-only needs megatron-core, which cannot be imported (No module named 'megatron.core'); "
         "run it as: uv run --extra mcore --group test bash tests/run_unit.sh --mcore-only"
     ]
+
+
+@pytest.mark.parametrize("link", ["file", "chain", "folder"])
+def test_through_a_symlink_it_runs_the_checkout_it_lives_in(tmp_path: Path, link: str) -> None:
+    """A symlink to the script (or a relative symlink to such a link, or to the tests/ folder)
+    in another folder still finds this checkout: its help names this repository's groups."""
+    elsewhere = tmp_path / "elsewhere" / "bin"  # whose parent is no project
+    elsewhere.mkdir(parents=True)
+    if link == "file":
+        (elsewhere / "run_unit.sh").symlink_to(SCRIPT)
+        script = elsewhere / "run_unit.sh"
+    elif link == "chain":
+        (elsewhere / "first.sh").symlink_to(SCRIPT)
+        (elsewhere / "run_unit.sh").symlink_to("first.sh")  # relative, to another link
+        script = elsewhere / "run_unit.sh"
+    else:
+        (elsewhere / "tests").symlink_to(SCRIPT.parent, target_is_directory=True)
+        script = elsewhere / "tests" / "run_unit.sh"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TESTHARNESS_"))}
+    proc = subprocess.run(
+        ["bash", str(script), "--help"], cwd=tmp_path, env={**env, "PYTHON": sys.executable},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: bash tests/run_unit.sh [--hf-gated] [--mcore-only]"), proc.stdout
