@@ -13,6 +13,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from testharness import real_ray
+
 MIB = 1024 * 1024
 
 
@@ -129,22 +131,14 @@ def combine(nodes: list[NodeReading], driver_peak_rss_mib: float) -> MemoryReadi
 
 
 def ray_connected() -> bool:
-    """Whether this process is connected to a Ray cluster (never imports Ray itself)."""
-    return _ray_ready() is not None
-
-
-def _ray_ready() -> Any:
-    """The ray module when this process is connected to a cluster, else None."""
-    if "ray" not in sys.modules:  # never import Ray (slow) just to find it unused
-        return None
-    import ray
-
-    return ray if ray.is_initialized() else None
+    """Whether this process is connected to a Ray cluster (never imports Ray itself; a
+    stand-in in sys.modules["ray"] is no Ray: real_ray)."""
+    return real_ray.connected() is not None
 
 
 def cluster_readings(timeout_s: float = 60.0) -> list[NodeReading]:
     """One reading per alive node of the connected Ray cluster, else this machine's only."""
-    ray = _ray_ready()
+    ray = real_ray.connected()
     if ray is None:
         return [read_node()]
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -213,7 +207,7 @@ def max_memory() -> MemoryReading:
 
 def gpu_types() -> list[str]:
     """Distinct GPU names across the cluster (or this machine); [] without GPUs."""
-    if _ray_ready() is None:  # names only: skip read_node's scan of every process for RSS
+    if real_ray.connected() is None:  # names only: skip read_node's scan of every process for RSS
         return sorted(set(local_gpus()[1]))
     return sorted({name for node in cluster_readings() for name in node.gpu_names})
 
@@ -224,7 +218,7 @@ def cluster_gpu_count() -> int:
     env = os.environ.get("TESTHARNESS_NUM_GPUS", "").strip()
     if env.isdigit():
         return int(env)
-    ray = _ray_ready()
+    ray = real_ray.connected()
     if ray is not None:
         try:
             return int(ray.cluster_resources().get("GPU", 0))  # type: ignore[no-untyped-call,unused-ignore]

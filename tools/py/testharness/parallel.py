@@ -1,12 +1,16 @@
 """`-n N` (pytest-xdist): every worker on ONE Ray cluster, GPUs handed out by Ray.
 
-The controller (the process that runs `pytest -n N`) starts the Ray cluster before xdist
-spawns its workers, or joins the one in RAY_ADDRESS, and exports its address as RAY_ADDRESS:
-every worker's `ray.init()` joins it, so Ray's resource accounting places every actor of
-every test (a GPU actor waits for a free GPU; two never share one). The controller stops the
-cluster it started when the run ends. How to start it is the project's choice: implement
-`pytest_testharness_start_ray(config, workers)` in a conftest (return the address) to use
-its own start-up (retries, sizing); otherwise `ray.init(address="local")`.
+In a project with `[tool.testharness]` (where the harness is merely installed, `-n` is
+xdist's alone: no cluster, no scheduling of ours), the controller (the process that runs
+`pytest -n N`) starts the Ray cluster before xdist spawns its workers, or joins the one in
+RAY_ADDRESS, and exports its address as RAY_ADDRESS: every worker's `ray.init()` joins it,
+so Ray's resource accounting places every actor of every test (a GPU actor waits for a free
+GPU; two never share one). The controller stops the cluster it started when the run ends.
+How to start it is the project's choice: implement `pytest_testharness_start_ray(config,
+workers)` in a conftest (return the address) to use its own start-up (retries, sizing);
+otherwise `ray.init(address="local")`. Without Ray (not installed, blocked, or a stand-in in
+sys.modules["ray"]: real_ray) the workers run with no shared cluster, as the controller's
+line says; everything else below still holds.
 
 Placement of what Ray does not see:
 
@@ -51,7 +55,9 @@ from typing import Any
 
 import pytest
 
+from testharness import real_ray
 from testharness.atomic_io import write_json_atomic
+from testharness.settings import is_configured
 from testharness.shard_plan import default_duration, longest_files_first
 
 WORKERINPUT_KEY = "testharness_parallel"
@@ -134,12 +140,15 @@ def _is_worker(config: pytest.Config) -> bool:
 
 
 def _distributes(config: pytest.Config) -> bool:
-    """This process is an xdist controller that will run tests in workers."""
+    """This process is an xdist controller that will run tests in workers, of a project with
+    [tool.testharness] (where the harness is merely installed, -n is xdist's alone)."""
     if _is_worker(config) or not config.pluginmanager.hasplugin("xdist"):
         return False
     if config.getoption("dist", "no") == "no" or not config.getoption("numprocesses", 0):
         return False
-    return not (config.option.collectonly or config.getoption("shard_plan", False))
+    if config.option.collectonly or config.getoption("shard_plan", False):
+        return False
+    return is_configured(config.rootpath)
 
 
 def _gave_dist(config: pytest.Config) -> bool:
@@ -200,9 +209,14 @@ class _Controller:
     @pytest.hookimpl(tryfirst=True)  # before xdist's own sessionstart spawns the workers
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         run, config = self.run, session.config
+        order = f"files are distributed with --dist {config.getoption('dist')}"
+        if run.durations is not None:
+            order += ", longest first by their recorded durations" if run.durations else ", largest first (no history)"
+        ray, why_not = real_ray.load()
+        if ray is None:  # everything but the shared cluster works without Ray
+            print(f"testharness: {run.workers} xdist workers without a shared Ray cluster ({why_not}); {order}")
+            return
         try:
-            import ray
-
             was_connected = ray.is_initialized()
             address = (
                 os.environ.get("RAY_ADDRESS")
@@ -220,11 +234,8 @@ class _Controller:
         os.environ["RAY_ADDRESS"] = address  # the workers (spawned next) inherit it
         _reassert_signal_handlers()
         where = "started" if run.started_here else "joined"
-        order = ""
-        if run.durations is not None:
-            order = ", longest first by their recorded durations" if run.durations else ", largest first (no history)"
         print(f"testharness: {run.workers} xdist workers share the Ray cluster {where} at {address} "
-              f"({run.gpus} GPU(s)); files are distributed with --dist {config.getoption('dist')}{order}")  # fmt: skip
+              f"({run.gpus} GPU(s)); {order}")  # fmt: skip
 
     def pytest_configure_node(self, node: Any) -> None:  # xdist: what each worker receives
         node.workerinput[WORKERINPUT_KEY] = {
@@ -237,9 +248,8 @@ class _Controller:
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         shutil.rmtree(self.run.shared_dir, ignore_errors=True)
-        if self.run.started_here:
-            import ray
-
+        ray = real_ray.imported()
+        if self.run.started_here and ray is not None:
             ray.shutdown()  # stops the cluster this process started
             os.environ.pop("RAY_ADDRESS", None)
 
@@ -341,10 +351,12 @@ def hold_node_gpus(timeout_s: float, release_file: Path) -> bool:
     so a process that was not connected to Ray is disconnected again (the test's own
     `ray.init()` is not refused as a second one) and releasing needs no Ray connection (the
     test may have connected to a cluster of its own)."""
-    import ray
+    ray, _ = real_ray.load()
+    if ray is None:
+        return False  # Ray blocked or replaced by a stand-in in this process: nothing to lease with
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    with _connected():
+    with _connected(ray):
         node_id = ray.get_runtime_context().get_node_id()
         gpus = next((n["Resources"].get("GPU", 0) for n in ray.nodes() if n["NodeID"] == node_id), 0)
         if not gpus:
@@ -370,10 +382,8 @@ def hold_node_gpus(timeout_s: float, release_file: Path) -> bool:
 
 
 @contextlib.contextmanager
-def _connected() -> Iterator[None]:
+def _connected(ray: Any) -> Iterator[None]:
     """Connected to the shared cluster for the block; disconnected after it if we connected."""
-    import ray
-
     if ray.is_initialized():
         yield
         return

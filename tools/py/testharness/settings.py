@@ -1,9 +1,12 @@
 """`[tool.testharness]` from the project's pyproject.toml: the ONE loader (pure: no pytest, no Ray).
 
 The harness knows nothing of the project it tests; package names, paths, marker groups and
-state file names come from here. Every key has a default, so a project without the table
-still works. A bad value is a `SettingsError` whose message is one line naming the file and
-the key. Example (this repository's values):
+state file names come from here. Every key has a default, so `[tool.testharness]` with no key
+is a whole configuration. A project without the table has not asked for the harness (it is
+merely installed in the environment): `Settings.configured` is False, and the plugins then
+add nothing but their options, markers and the `tracker` fixture (no Ray cluster for -n, no
+results file, no leak check, watchdog or signal handling). A bad value is a `SettingsError`
+whose message is one line naming the file and the key. Example (this repository's values):
 
     [tool.testharness]
     source_packages = ["nemo_rl"]          # files that form the remote-selection import graph
@@ -138,6 +141,7 @@ class Settings:
     # [tool.testharness.report], raw: the report's rules parser validates it and names the file
     report: Mapping[str, Any] = field(default_factory=dict)
     hygiene: Hygiene = field(default_factory=Hygiene)
+    configured: bool = False  # the project's pyproject.toml has [tool.testharness]
 
 
 class SettingsError(ValueError):
@@ -295,7 +299,22 @@ def load_settings(root: Path) -> Settings:
         marker_groups=_marker_groups(table),
         report=_sub_table(table.data, "report", pyproject, f"{TABLE[:-1]}.report]"),
         hygiene=_hygiene(table),
+        configured="testharness" in tool,
     )
+
+
+def is_configured(root: Path) -> bool:
+    """Whether `root/pyproject.toml` has a [tool.testharness] table (a cheap look, for plugins
+    that need nothing else; False when the file cannot be read: load_settings reports that)."""
+    return _has_table(root / "pyproject.toml")
+
+
+def _has_table(pyproject: Path) -> bool:
+    try:
+        tool = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("tool", {})
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return False
+    return isinstance(tool, dict) and "testharness" in tool
 
 
 def find_project_root(start: Path) -> Path:
@@ -313,11 +332,8 @@ def find_project_root(start: Path) -> Path:
             continue
         if any_pyproject is None:
             any_pyproject = directory
-        try:
-            if "testharness" in tomllib.loads(pyproject.read_text(encoding="utf-8")).get("tool", {}):
-                return directory
-        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
-            continue
+        if _has_table(pyproject):
+            return directory
     return any_pyproject or start
 
 

@@ -75,6 +75,7 @@ def _kill_pids(pid_file: Path) -> None:
 @pytest.mark.timeout(600)
 @pytest.mark.uses_cuda  # CUDA in its child; under -n no other test's actor changes the memory it reads
 def test_a_test_that_leaks_gpu_memory_is_named(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makepyprojecttoml("[tool.testharness]\n")  # the harness's project: its leak check
     pytester.makepyfile(
         test_gpu="""
 import torch
@@ -158,6 +159,7 @@ def test_b():
 
 
 def test_a_test_hung_in_its_own_process_fails_at_its_timeout_naming_its_line(pytester: pytest.Pytester) -> None:
+    pytester.makepyprojecttoml("[tool.testharness]\n")  # the harness's project: its watchdog
     pytester.makepyfile(
         test_slow="""
 import time

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from testharness.settings import MarkerGroup, SettingsError, load_settings
+from testharness.settings import MarkerGroup, SettingsError, is_configured, load_settings
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -19,6 +19,34 @@ def test_defaults_without_a_pyproject(tmp_path: Path) -> None:
     assert s.remote_state_file == tmp_path / ".testharness_remote_state.json"
 
 
+@pytest.mark.parametrize(
+    ("pyproject", "configured"),
+    [
+        (None, False),
+        ('[project]\nname = "x"\n[tool.ruff]\nline-length = 99\n', False),
+        ("[tool.testharness]\n", True),  # the table with no key: every default, asked for
+        ("[tool.testharness.hygiene]\nsettle_s = 1\n", True),  # a sub-table makes the table too
+    ],
+    ids=["no-pyproject", "no-table", "empty-table", "sub-table"],
+)
+def test_configured_is_whether_the_project_has_the_table(
+    tmp_path: Path, pyproject: str | None, configured: bool
+) -> None:
+    """Where the harness is merely installed (no [tool.testharness]) the plugins add nothing
+    but options, markers and fixtures; `configured` tells them which project they are in."""
+    if pyproject is not None:
+        (tmp_path / "pyproject.toml").write_text(pyproject)
+    assert load_settings(tmp_path).configured is configured
+    assert is_configured(tmp_path) is configured
+
+
+def test_is_configured_never_raises(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text("this is [not toml")  # load_settings reports it
+    assert is_configured(tmp_path) is False
+    (tmp_path / "pyproject.toml").write_text("tool = 3\n")
+    assert is_configured(tmp_path) is False
+
+
 def test_test_roots_default_to_pytest_testpaths(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text('[tool.pytest.ini_options]\ntestpaths = ["t1", "t2"]\n')
     assert load_settings(tmp_path).test_roots == (tmp_path / "t1", tmp_path / "t2")
@@ -26,6 +54,7 @@ def test_test_roots_default_to_pytest_testpaths(tmp_path: Path) -> None:
 
 def test_this_repository_keeps_its_documented_names_and_groups() -> None:
     s = load_settings(REPO)
+    assert s.configured
     assert s.remote_map_file.name == ".nrl_remote_map.json"
     assert s.remote_state_file.name == ".nrl_remote_state.json"
     groups = {g.name: g for g in s.marker_groups}

@@ -1,5 +1,8 @@
 """pytest adapter of test hygiene: the leak check around every test and the hang watchdog.
 
+Both are the harness's, in a project with `[tool.testharness]` (where it is merely installed,
+neither runs unless `--fail-on-leak` asks for them, and pytest-timeout keeps its own timer).
+
 Leak check (on by default; `[tool.testharness.hygiene] leak_check = false` or
 `--no-leak-check` turns it off): a snapshot (probe.snapshot) before the test's setup and
 after its teardown; what the test or its function-scoped fixtures created and did not end
@@ -73,9 +76,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     try:
-        settings = load_settings(config.rootpath).hygiene
+        loaded = load_settings(config.rootpath)
     except SettingsError as exc:
         raise pytest.UsageError(str(exc)) from None
+    if not loaded.configured and not config.getoption("fail_on_leak", None):
+        return  # merely installed (no [tool.testharness]): no check, no watchdog, pytest-timeout's own
+    settings = loaded.hygiene
     if not config.pluginmanager.hasplugin("timeout"):
         config.addinivalue_line("markers", "timeout(seconds): this test's timeout (testharness.hygiene)")
     config.pluginmanager.register(_Hygiene(config, settings), f"testharness-hygiene-{id(config)}")

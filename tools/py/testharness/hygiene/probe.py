@@ -14,23 +14,18 @@ this driver's job is read, so xdist workers sharing one cluster never see each o
 from __future__ import annotations
 
 import os
-import sys
 from typing import Any
 
+from testharness import real_ray
 from testharness.hygiene.core import Actor, Group, Proc, Snapshot
 
 MIB = 1024 * 1024
 
 
 def ray_connected() -> Any:
-    """The ray module when this process is connected to a cluster, else None (never imports it)."""
-    if "ray" not in sys.modules:
-        return None
-    ray = sys.modules["ray"]
-    try:
-        return ray if ray.is_initialized() else None
-    except Exception:
-        return None
+    """The ray module when this process is connected to a cluster, else None (never imports
+    it; a stand-in in sys.modules["ray"] is no Ray: real_ray)."""
+    return real_ray.connected()
 
 
 def job_id_hex(ray: Any) -> str:
@@ -93,7 +88,7 @@ def read_groups(job_hex: str) -> dict[str, Group]:
 
 def _ray_markers() -> tuple[str, ...]:
     markers = ["/site-packages/ray/", "/dist-packages/ray/"]
-    ray = sys.modules.get("ray")
+    ray = real_ray.imported()
     if ray is not None and getattr(ray, "__file__", None):
         markers.append(os.path.dirname(str(ray.__file__)) + "/")
     return tuple(markers)

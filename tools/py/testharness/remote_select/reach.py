@@ -40,6 +40,8 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from testharness import real_ray
+
 from .reach_core import ReachBook
 from .records import ActorReport, RecordError, parse_actor_report
 from .worker_trace import PROCESS_EVENTS
@@ -142,12 +144,11 @@ class ReachRecorder:
             self.book.forget(actor_id.hex())
 
     def _settle(self) -> None:
-        import ray
-
         from . import worker_trace
 
+        ray: Any = real_ray.connected()
         refs: dict[Any, str] = {}
-        if ray.is_initialized():
+        if ray is not None:
             ReachRecorder.draining = True
             try:
                 for aid, actor in self.book.pending().items():
@@ -198,9 +199,9 @@ class ReachRecorder:
         import multiprocessing.process as mp_process
 
         self._wrap(mp_process.BaseProcess, "start", lambda process, *a, **k: recorder.note_process())
-        if "ray" in sys.modules and hasattr(sys.modules["ray"], "put"):
+        if real_ray.imported() is not None:
             self._patch_ray()
-        else:
+        else:  # not imported yet, or a stand-in (never patched): Ray's own import, if it comes
             sys.meta_path.insert(0, _AfterImport("ray", self._patch_ray, self))
 
     def uninstall(self) -> None:
@@ -215,12 +216,14 @@ class ReachRecorder:
             self._task_dir = None
 
     def _patch_ray(self) -> None:
-        import ray
+        ray = real_ray.imported()
+        if ray is None:
+            return  # a `ray` of the project's own (a folder shadowing Ray): nothing of Ray's to patch
         import ray.actor
         import ray.remote_function
 
         # As in code objects: the path the module was imported from (not resolved).
-        self._ray_dir = os.path.dirname(os.path.abspath(ray.__file__)) + os.sep
+        self._ray_dir = os.path.dirname(os.path.abspath(str(ray.__file__))) + os.sep
         recorder = self
 
         def with_trace_hook(*args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
