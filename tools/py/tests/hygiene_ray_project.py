@@ -236,7 +236,9 @@ def check_hang(tests: dict[str, Any], result: Any, name: str, timeout: int, wher
     rec = tests[f"test_scenarios.py::{name}"]
     reason = f"Timeout: the test ran over {timeout} s; {where} at helpers.py:{line}"
     assert rec["outcome"] == "failed" and rec["hang"]["reason"].startswith(reason), out
-    assert rec["duration"] <= timeout + 30, rec["duration"]
+    # Ended by the watchdog near its timeout, not by the outer one (900 s): the slack is for the
+    # stack dump and Ray's teardown on a loaded 2-core machine (CI saw 40.8 s for 10 s at load 12).
+    assert rec["duration"] <= timeout + 60, rec["duration"]
     assert rec["hang"]["stuck"][0] == {"where": where, "file": "helpers.py", "line": line}
     assert any(where.split()[1].split(".")[0] in s["stack"] for s in rec["hang"]["stacks"])
     result.stdout.fnmatch_lines([f"*{reason}*"])  # the failure's one line
