@@ -14,6 +14,15 @@ that handler is turned into the same interruption.
 At the end of the run (pytest_unconfigure of the outermost session in this process) the
 processes this pytest started and that are still alive (a Ray cluster whose shutdown was cut
 short, a stray child) get SIGTERM, then SIGKILL; each is named on one line.
+
+A child that a test forks (os.fork, multiprocessing's fork) is not the run: it starts with the
+signal handlers the process had before ours (os.register_at_fork), so that SIGTERM ends it
+instead of making it finish pytest's session, and it never sweeps. Should it come back into
+pytest (it returned or raised instead of calling os._exit, or a KeyboardInterrupt reached it),
+it ends there, before any teardown or session end of the run's: no results, no signals.
+
+All of this is for a project with `[tool.testharness]`: where the harness is merely installed,
+signals and the run's processes are left to the project.
 """
 
 from __future__ import annotations
@@ -29,6 +38,9 @@ from types import FrameType
 from typing import Any
 
 import pytest
+
+from testharness import real_ray
+from testharness.settings import is_configured
 
 HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 SAME_EVENT_S = 1.0  # a repeat within this window is one event delivered twice
@@ -80,8 +92,13 @@ class _Guard:
 
     policy: SignalPolicy = field(default_factory=SignalPolicy)
     previous: dict[int, Any] = field(default_factory=dict)
+    pid: int = field(default_factory=os.getpid)
 
     def handler(self, signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != self.pid:  # a child forked where os.register_at_fork does not run (C's fork)
+            self.uninstall()
+            os.kill(os.getpid(), signum)  # what the signal would have done without the harness
+            return
         action = self.policy.on_signal(signum, time.monotonic())
         name = signal_name(signum)
         if action == INTERRUPT:
@@ -113,7 +130,10 @@ class _Guard:
 
     def uninstall(self) -> None:
         for signum, previous in self.previous.items():
-            signal.signal(signum, previous)
+            try:  # None: a handler set outside Python, which Python cannot put back
+                signal.signal(signum, signal.SIG_DFL if previous is None else previous)
+            except (ValueError, OSError, TypeError):
+                pass
 
 
 def _cancel_rays_shutdown_deadline(signum: int) -> None:
@@ -121,7 +141,7 @@ def _cancel_rays_shutdown_deadline(signum: int) -> None:
     before passing the signal on (seen with strace). The run's clean-up (teardown, results,
     leftover processes) can take longer on a busy machine, and SIGALRM's default action would
     then end pytest with no exit status of ours: cancel that deadline, keep anyone else's."""
-    if signum != signal.SIGTERM or "ray" not in sys.modules or not hasattr(signal, "alarm"):
+    if signum != signal.SIGTERM or real_ray.imported() is None or not hasattr(signal, "alarm"):
         return
     remaining = signal.alarm(0)
     if remaining > 3:
@@ -134,6 +154,45 @@ def _say(line: str) -> None:
 
 _GUARD: _Guard | None = None
 _OWNER = pytest.StashKey[bool]()
+_OWNER_PID: int | None = None  # the process of the run (set while a guard is installed)
+_RUNNING = "a test of this run"  # the test whose protocol runs now, named when a forked child ends
+
+
+def _in_forked_child() -> bool:
+    """Whether this process is a child that a test (or fixture) of the run forked."""
+    return _OWNER_PID is not None and os.getpid() != _OWNER_PID
+
+
+def _disarm_in_forked_child() -> None:
+    """os.register_at_fork: the child gets the handlers the process had before the run's."""
+    global _GUARD
+    if _GUARD is not None and _in_forked_child():
+        guard, _GUARD = _GUARD, None
+        guard.uninstall()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_disarm_in_forked_child)
+
+
+def _end_forked_child(where: str, code: int) -> None:
+    """A forked child came back into pytest: it ends here, before it can run the rest of the
+    session (teardown, other tests, the results, the sweep) as if it were the run."""
+    line = (
+        f"\ntestharness: process {os.getpid()}, forked by {where}, came back into pytest; it ends here "
+        f"(exit {code}) without running the rest of the session (end a forked child with os._exit)\n"
+    )
+    try:
+        os.write(2, line.encode())
+    finally:
+        os._exit(code)
+
+
+def _child_exit_code(error: BaseException | None) -> int:
+    if isinstance(error, SystemExit):
+        code = error.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    return 0 if error is None else 1
 
 
 def _in_main_thread() -> bool:
@@ -143,11 +202,14 @@ def _in_main_thread() -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    global _GUARD
+    global _GUARD, _OWNER_PID
     if _GUARD is not None or not _in_main_thread():
         return  # an inner pytester run: the outer session owns signals and the sweep
+    if not is_configured(config.rootpath):
+        return  # merely installed (no [tool.testharness]): the project's signals, its processes
     _GUARD = _Guard()
     _GUARD.install()
+    _OWNER_PID = _GUARD.pid
     config.stash[_OWNER] = True
 
 
@@ -175,16 +237,42 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             _cancel_rays_shutdown_deadline(signal.SIGTERM)
             _say("testharness: SIGTERM received: stopping the run like Ctrl-C (results are still written)")
             raise Interrupted("SIGTERM")
+    report = yield
+    if _in_forked_child():  # ended in pytest_runtest_logreport, with the status it asked for
+        report.testharness_child_exit = _child_exit_code(error)
+    return report
+
+
+def pytest_runtest_logstart(nodeid: str) -> None:
+    global _RUNNING
+    _RUNNING = nodeid
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    # The first hook after a test phase that a forked child reaches, and before the teardown;
+    # pytest-forked's child makes its report without logging it, and is left to do so.
+    if _in_forked_child():
+        _end_forked_child(report.nodeid, getattr(report, "testharness_child_exit", 1 if report.failed else 0))
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> Generator[None, None, None]:
+    # The outermost wrapper: a forked child that a KeyboardInterrupt or pytest.exit carried
+    # straight to the session's end stops before any plugin's session end runs.
+    if _in_forked_child():
+        _end_forked_child(_RUNNING, int(session.exitstatus))
     return (yield)
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
-    global _GUARD
-    if not config.stash.get(_OWNER, False) or _GUARD is None:
+    global _GUARD, _OWNER_PID
+    if not config.stash.get(_OWNER, False) or _GUARD is None or os.getpid() != _GUARD.pid:
         return
     _GUARD.uninstall()
     _GUARD = None
+    _OWNER_PID = None
     stopped = stop_leftover_children(SWEEP_GRACE_S)
     if stopped:
         _say(f"testharness: stopped {len(stopped)} process(es) the run left behind: {', '.join(stopped)}")

@@ -4,7 +4,9 @@ Schema (all keys always present): exit_status, git_commit, start_time, metrics, 
 coverage, memory_unit, memory_source, tests. A test's entry has key, outcome, duration and
 attempts, plus `leaks` (a list) and `hang` (an object) only when the test leaked or timed out
 (testharness.hygiene), so files without them read the same. Documented in docs/unit-tests.md ("Results files").
-The tracker writes it (`build_results`, `write_results`); the history readers (shards,
+The tracker writes it (`build_results`, `write_results`: both files or neither, else one
+`ResultsWriteError` line; `remove_previous` at the start of a run, so a run whose record cannot
+be written leaves no earlier file looking like its own); the history readers (shards,
 report) read it back as typed `Run` records (`read_results_file`), so both sides of the
 schema live in this one module.
 """
@@ -34,9 +36,11 @@ from testharness.atomic_io import (
 __all__ = [  # write_json_atomic: re-exported for the tracker's summary file
     "DATED_DIR",
     "RESULTS_NAME",
+    "MAX_METRIC_DEPTH",
     "MetricError",
     "OutcomeRecord",
     "ResultsFileError",
+    "ResultsWriteError",
     "Run",
     "TestRecord",
     "build_results",
@@ -49,6 +53,8 @@ __all__ = [  # write_json_atomic: re-exported for the tracker's summary file
     "parse_results",
     "path_keyed_files",
     "read_results_file",
+    "remove_files",
+    "remove_previous",
     "rewrite_results",
     "stem_clashes",
     "test_files_under",
@@ -62,10 +68,18 @@ DATED_DIR = "unit_results"
 START_TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 DATED_FORMAT = "%Y%m%d_%H%M%S"
 MEMORY_UNIT = "MiB"
+# Lists and dicts within one metric value: deeper values are refused where they are tracked.
+# Far more than a metric needs, and well inside what every reader parses (Python's json
+# recurses; jq 1.6 stops at 256 levels for the whole file).
+MAX_METRIC_DEPTH = 100
 
 
 class MetricError(TypeError):
     """A tracked metric that cannot go into the JSON file (message names the metric)."""
+
+
+class ResultsWriteError(OSError):
+    """The results files could not be written (one-line message naming the file and why)."""
 
 
 def metric_key(nodeid: str, path_keyed: frozenset[str] = frozenset()) -> str:
@@ -144,12 +158,68 @@ def test_files_under(roots: Iterable[Path], rootdir: Path, patterns: Iterable[st
     return found
 
 
+def _where(name: str, path: tuple[Any, ...]) -> str:
+    text = name + "".join(f"[{step!r}]" for step in path)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _check_shape(name: str, value: Any) -> None:
+    """MetricError unless every key of every dict in `value` is a str and lists/dicts nest at
+    most MAX_METRIC_DEPTH levels without containing themselves. Walked without recursion, so
+    a deep value gets this error, not a RecursionError."""
+    containers = (dict, list, tuple)
+    if not isinstance(value, containers):
+        return
+    on_path: set[int] = set()  # the containers from the top down to the one being walked
+    stack: list[tuple[Any, int, tuple[Any, ...], bool]] = [(value, 1, (), False)]
+    while stack:
+        obj, depth, path, leaving = stack.pop()
+        if leaving:
+            on_path.discard(id(obj))
+            continue
+        if id(obj) in on_path:
+            raise MetricError(
+                f"metric {name!r}: the value contains itself at {_where(name, path)}: it has no JSON form"
+            )
+        if depth > MAX_METRIC_DEPTH:
+            raise MetricError(
+                f"metric {name!r}: the value nests lists/dicts more than {MAX_METRIC_DEPTH} levels deep "
+                f"(at {_where(name, path)}); track a flatter value"
+            )
+        on_path.add(id(obj))
+        stack.append((obj, depth, path, True))
+        items = obj.items() if isinstance(obj, dict) else enumerate(obj)
+        for key, item in items:
+            if isinstance(obj, dict) and not isinstance(key, str):
+                raise MetricError(
+                    f"metric {name!r}: key {key!r} ({type(key).__name__}) in {_where(name, path)} is not a "
+                    f"string: JSON keys are strings{_as_json_key(key)}; track str keys (e.g. str(key))"
+                )
+            if isinstance(item, containers):
+                stack.append((item, depth + 1, (*path, key), False))
+
+
+def _as_json_key(key: object) -> str:
+    """How json would write `key` (and so merge it with a str key of that text)."""
+    try:
+        text = next(iter(json.loads(json.dumps({key: 0}))))
+    except (TypeError, ValueError):
+        return ""
+    return f", so it would be written as {text!r}, merging with any key {text!r}"
+
+
 def check_metric(name: object, value: Any) -> Any:
-    """Return a JSON-safe copy of `value`, or raise MetricError naming the metric."""
+    """Return a JSON-safe copy of `value`, or raise MetricError naming the metric.
+
+    Refused: values json cannot write (objects, tensors, sets, bytes), NaN and infinities,
+    dict keys that are not strings (JSON would turn 1 into "1", merging it with a key "1"),
+    and lists/dicts nested more than MAX_METRIC_DEPTH levels deep or containing themselves.
+    """
     if not isinstance(name, str) or not name:
         raise MetricError(f"metric name must be a non-empty string, got {name!r}")
     if name.startswith("_"):
         raise MetricError(f"metric {name!r}: names starting with '_' are reserved (e.g. _elapsed)")
+    _check_shape(name, value)
     try:
         # allow_nan=False: NaN/Infinity are not JSON and would break jq on the results files.
         text = json.dumps(value, allow_nan=False)
@@ -259,20 +329,84 @@ def write_json_new(directory: Path, stem: str, data: dict[str, Any], text: str |
         tmp.unlink(missing_ok=True)
 
 
+def _write_error(exc: OSError, target: Path) -> ResultsWriteError:
+    """One line naming the file that could not be written and why (a file where a directory
+    should be, read-only, disk full)."""
+    other = Path(exc.filename) if isinstance(exc.filename, str) else None
+    if isinstance(exc, (FileExistsError, NotADirectoryError)):
+        blocking = next((p for p in target.parents if p.exists() and not p.is_dir()), None)
+        if blocking is not None:
+            return ResultsWriteError(f"{target}: {blocking} is a file, not a directory")
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    temp = other is not None and other.parent == target.parent and other.name.startswith(".")
+    if other is not None and other != target and not temp:
+        reason += f" ({other})"  # e.g. the directory that could not be made
+    return ResultsWriteError(f"{target}: {reason}")
+
+
+def remove_files(paths: Iterable[Path]) -> None:
+    """Remove what a failed write had written (best effort: the failure is what gets reported)."""
+    for path in paths:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError:
+            pass  # the caller reports the write that failed; nothing more can be done here
+
+
 def write_results(results_dir: Path, data: dict[str, Any], start: datetime) -> tuple[Path, Path]:
-    """Write `unit_results.json` and the dated copy; return both paths."""
+    """Write `unit_results.json` and the dated copy; return both paths.
+
+    Both or neither: when one cannot be written (read-only, disk full, a file where a
+    directory should be) the other is removed again and ResultsWriteError says why in one
+    line, so no file claims a record that the run could not complete."""
     latest = results_dir / RESULTS_NAME
-    text = json_text(data)  # once for both files: a 1,000-test document takes tens of ms
-    write_text_atomic(latest, text)
-    dated = write_json_new(results_dir / DATED_DIR, start.strftime(DATED_FORMAT), data, text)
+    try:
+        text = json_text(data)  # once for both files: a 1,000-test document takes tens of ms
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ResultsWriteError(f"the record is not JSON: {exc}") from None
+    written: list[Path] = []
+    target = latest
+    try:
+        write_text_atomic(latest, text)
+        written.append(latest)
+        target = results_dir / DATED_DIR / f"{start.strftime(DATED_FORMAT)}.json"
+        dated = write_json_new(target.parent, start.strftime(DATED_FORMAT), data, text)
+    except OSError as exc:
+        remove_files(written)
+        raise _write_error(exc, target) from None
     return latest, dated
 
 
 def rewrite_results(paths: Iterable[Path], data: dict[str, Any]) -> None:
-    """Replace already written results files (the latest and its dated copy) with `data`."""
-    text = json_text(data)
-    for path in paths:
-        write_text_atomic(path, text)
+    """Replace already written results files (the latest and its dated copy) with `data`;
+    when that fails they are removed (they would hold a record the run no longer stands by)
+    and ResultsWriteError says why."""
+    paths = list(paths)
+    target = paths[0] if paths else Path(RESULTS_NAME)
+    try:
+        text = json_text(data)
+        for target in paths:
+            write_text_atomic(target, text)
+    except OSError as exc:
+        remove_files(paths)
+        raise _write_error(exc, target) from None
+    except (TypeError, ValueError, RecursionError) as exc:
+        remove_files(paths)
+        raise ResultsWriteError(f"the record is not JSON: {exc}") from None
+
+
+def remove_previous(results_dir: Path) -> str | None:
+    """Remove the previous run's `unit_results.json` as a run starts (upstream NeMo RL does
+    the same), so a run whose record cannot be written, or that is killed, never leaves an
+    earlier record looking like its own. None when no such file is left, else why it stays."""
+    path = results_dir / RESULTS_NAME
+    try:
+        path.unlink()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        return str(_write_error(exc, path))
+    return None
 
 
 # --------------------------------------------------------------------------- reading

@@ -6,7 +6,9 @@ per-config object (pytester inner runs in the same process get their own).
 Where results go: `--unit-results-dir DIR`, else $TESTHARNESS_RESULTS_DIR, else
 `[tool.testharness] results_dir` (default tests/unit) under the pytest rootdir. Without an
 explicit dir they are written only when the run concerns a configured test root
-(`test_roots`, default tests/unit), so a pytest run on an unrelated directory writes nothing.
+(`test_roots`, default tests/unit), so a pytest run on an unrelated directory writes nothing;
+nor does a project without `[tool.testharness]` (the plugin merely installed: the fixture
+records in memory, for `session_record`).
 
 Metric keys are `<file stem>::<test>` and never change because another file was added: where
 test files share a name, the one git added first keeps the short keys, the others' keys carry
@@ -16,10 +18,12 @@ their path, and collection warns, naming the files (results.path_keyed_files).
 from __future__ import annotations
 
 import os
+import re
 import sys
+import threading
 import time
 import warnings
-from collections.abc import Generator, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -59,6 +63,17 @@ class _State:
     document: dict[str, Any] | None = None  # what was written, and where
     paths: tuple[Path, ...] = ()
     written_to: str = ""
+    # The process whose session this is: a child a test forks inherits this state, and must
+    # never write (nor remove) the record.
+    pid: int = field(default_factory=os.getpid)
+    # Held while a metric is stored and while the metrics are copied to be written: a thread
+    # a test left running may still call `track` as the session ends.
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    kept_previous: str | None = None  # the previous run's unit_results.json, when it could not be removed
+    tests_status: int | None = None  # the exit status before a failed write made it INTERNAL_ERROR
+    write_error: str = ""  # why the record was not written (one line), "" when it was or none was due
+    error_shown: bool = False
+    stopped: dict[str, str] | None = None  # what interrupted the session, for run_unit's last line
 
     def key(self, nodeid: str) -> str:
         return results.metric_key(nodeid, self.path_keyed or frozenset())
@@ -118,6 +133,8 @@ def _results_dir(session: pytest.Session, st: _State) -> Path | None:
     explicit = config.getoption("unit_results_dir") or os.environ.get(RESULTS_DIR_ENV)
     if explicit:
         return Path(explicit).resolve()
+    if not st.settings.configured:
+        return None  # a project that never asked for a results file gets none
     # testpaths are relative to the rootdir; command-line paths to the invocation dir.
     from_testpaths = config.args_source == pytest.Config.ArgsSource.TESTPATHS
     base = config.rootpath if from_testpaths else config.invocation_params.dir
@@ -130,9 +147,14 @@ def _results_dir(session: pytest.Session, st: _State) -> Path | None:
 # --- per-test outcomes -------------------------------------------------------------------
 
 
+_PHASES = ("setup", "call", "teardown")
+
+
 def _phase_outcome(report: pytest.TestReport) -> str:
     """Outcome of one phase report, in the results-file vocabulary."""
     xfail = hasattr(report, "wasxfail")
+    if report.when not in _PHASES:  # xdist: "worker 'gw0' crashed while running" it (when="???")
+        return "failed"  # as the terminal says, rerun (pytest-rerunfailures) or not
     if str(report.outcome) == "rerun":  # pytest-rerunfailures: this attempt failed, another follows
         return "failed" if report.when == "call" else "error"
     if report.when == "call":
@@ -176,7 +198,8 @@ class Tracker:
         self._state = state
         self._key = key
         self._metrics: dict[str, Any] = {}
-        state.metrics[key] = self._metrics  # a rerun replaces the earlier attempt's metrics
+        with state.lock:
+            state.metrics[key] = self._metrics  # a rerun replaces the earlier attempt's metrics
 
     @property
     def key(self) -> str:
@@ -184,7 +207,9 @@ class Tracker:
 
     def track(self, name: str, value: Any) -> None:
         """Record a JSON-serialisable value; anything else raises MetricError naming `name`."""
-        self._metrics[name] = results.check_metric(name, value)
+        checked = results.check_metric(name, value)
+        with self._state.lock:  # a thread of the test may call this while the record is copied
+            self._metrics[name] = checked
 
     def get_max_mem(self) -> float:
         """Largest GPU memory in use (MiB) on any GPU of any node; without GPUs, the peak RSS
@@ -210,7 +235,8 @@ def tracker(request: pytest.FixtureRequest) -> Iterator[Tracker]:
     try:
         yield t
     finally:
-        t._metrics["_elapsed"] = time.perf_counter() - start
+        with state.lock:
+            t._metrics["_elapsed"] = time.perf_counter() - start
 
 
 class SessionRecord(Mapping[str, Any]):
@@ -281,16 +307,23 @@ def _coverage(config: pytest.Config, st: _State) -> float | str:
 
 
 def _write_summary(session: pytest.Session, st: _State) -> None:
+    """What run_unit reads to word its last line (TESTHARNESS_SUMMARY_FILE, set by it)."""
     path = os.environ.get(SUMMARY_FILE_ENV)
     if not path:
         return
     summary = {
         "exit_status": int(session.exitstatus),
+        "tests_exit_status": int(session.exitstatus) if st.tests_status is None else st.tests_status,
         "collected": session.testscollected,
         "deselected": st.deselected,
-        "results": str(st.results_dir / results.RESULTS_NAME) if st.results_dir else None,
+        "results": str(st.paths[0]) if st.paths else None,
+        "results_error": st.write_error or None,
+        "stopped": st.stopped,
     }
-    results.write_json_atomic(Path(path), summary)
+    try:
+        results.write_json_atomic(Path(path), summary)
+    except OSError as exc:  # run_unit then words its line from the exit status alone
+        print(f"testharness: could not write the run summary {path}: {exc}", file=sys.stderr)
 
 
 def _is_xdist_worker(config: pytest.Config) -> bool:
@@ -302,14 +335,41 @@ def _writes_results(config: pytest.Config) -> bool:
     return not (config.option.collectonly or config.getoption("shard_plan", False))
 
 
+def _owns_the_record(session: pytest.Session, st: _State) -> bool:
+    """Only the session's own process writes: not an xdist worker (the controller sees every
+    report, metrics ride on them, and writes once), nor a child a test forked."""
+    return not _is_xdist_worker(session.config) and os.getpid() == st.pid
+
+
+def _fail_write(session: pytest.Session, st: _State, reason: str) -> None:
+    """The record could not be written: the run exits INTERNAL_ERROR (3), with one line, and
+    keeps no file of it (one would state an exit status the run does not end with)."""
+    if st.tests_status is None:
+        st.tests_status = int(session.exitstatus)
+    session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+    kept = f"; {st.kept_previous} is an earlier run's record, not this one's" if st.kept_previous else ""
+    st.write_error = reason + kept
+    results.remove_files(st.paths)
+    st.written_to = ""
+    st.paths = ()
+
+
 def _write(session: pytest.Session, st: _State) -> None:
-    if _is_xdist_worker(session.config):
-        return  # the controller sees every report (metrics ride on them) and writes once
+    if not _owns_the_record(session, st):
+        return
     for nodeid in list(st.pending):  # an attempt cut short (Ctrl-C, crash) has no teardown
         outcome, dur = st.pending[nodeid]
         st.pending[nodeid] = ("error" if outcome == "passed" else outcome, dur)
         _finish_attempt(st, nodeid)
+    try:
+        _write_results(session, st)
+    except Exception as exc:  # ResultsWriteError is one line already; anything else: its type too
+        reason = str(exc) if isinstance(exc, results.ResultsWriteError) else f"{type(exc).__name__}: {exc}"
+        _fail_write(session, st, reason)
     _write_summary(session, st)
+
+
+def _write_results(session: pytest.Session, st: _State) -> None:
     if st.results_dir is None or not _writes_results(session.config):
         return
     names = set(st.gpu_names)
@@ -317,11 +377,13 @@ def _write(session: pytest.Session, st: _State) -> None:
         names.update(gpu.gpu_types())
     except Exception:
         pass
+    with st.lock:  # a copy: a thread the test left running may still be tracking
+        metrics = {key: dict(values) for key, values in st.metrics.items()}
     st.document = results.build_results(
         exit_status=int(session.exitstatus),
         git_commit=results.git_commit(st.settings.root),
         start=st.start,
-        metrics=st.metrics,
+        metrics=metrics,
         gpu_types=sorted(names),
         coverage=_coverage(session.config, st),
         memory_source=st.memory_source,
@@ -333,13 +395,48 @@ def _write(session: pytest.Session, st: _State) -> None:
 
 
 def _amend_exit_status(session: pytest.Session, st: _State) -> None:
-    """A plugin may still change the exit status after the files were written: follow it."""
+    """A plugin may still change the exit status after the files were written: follow it
+    (or, when the files cannot be rewritten, remove them and fail the run)."""
     status = int(session.exitstatus)
-    if st.document is None or st.document["exit_status"] == status:
+    if not st.paths or st.document is None or st.document["exit_status"] == status:
         return
     st.document["exit_status"] = status
+    try:
+        results.rewrite_results(st.paths, st.document)
+    except results.ResultsWriteError as exc:
+        _fail_write(session, st, str(exc))
     _write_summary(session, st)
-    results.rewrite_results(st.paths, st.document)
+
+
+def _guarded(step: Callable[[pytest.Session, _State], None], session: pytest.Session, st: _State) -> None:
+    """Run a session-end step; an unexpected error in it is a failed write (one line, exit 3),
+    never a traceback that pytest would turn into an internal error of its own."""
+    try:
+        step(session, st)
+    except Exception as exc:
+        _fail_write(session, st, f"{type(exc).__name__}: {exc}")
+        _write_summary(session, st)
+
+
+def _error_line(st: _State) -> str:
+    return f"testharness: the unit results were not written: {st.write_error} (exit status 3)"
+
+
+def _stop_cause(exc: BaseException) -> dict[str, str]:
+    """What ended the session early, for run_unit's last line: `by` is "signal" (a stop signal
+    sent to pytest itself), "collection" (errors during collection), "pytest" (pytest or a
+    plugin stopped the run: --sw after a failure, xdist's --maxfail), "exit" (pytest.exit) or
+    "KeyboardInterrupt" (raised by a test or a plugin); `reason` is pytest's words."""
+    reason = str(exc)
+    if isinstance(exc, pytest.exit.Exception):
+        return {"by": "exit", "reason": exc.msg}
+    if type(exc).__module__ == "testharness.interrupts":
+        return {"by": "signal", "reason": reason}
+    if type(exc) is KeyboardInterrupt:
+        return {"by": "KeyboardInterrupt", "reason": reason}
+    if re.fullmatch(r"\d+ errors? during collection", reason):
+        return {"by": "collection", "reason": reason}
+    return {"by": "pytest", "reason": reason}  # pytest's Interrupted(session.shouldstop), xdist's
 
 
 def _warn_clash(stem: str, paths: list[str], st: _State, rootdir: Path) -> None:
@@ -371,6 +468,11 @@ class _Recorder:
         self.st.start = datetime.now()
         self.st.session = session
         self.st.results_dir = _results_dir(session, self.st)
+        if self.st.results_dir is not None and _writes_results(session.config) and _owns_the_record(session, self.st):
+            # The previous run's record goes now: if this run's cannot be written (or the run
+            # is killed), no earlier file stays behind looking like this run's.
+            if results.remove_previous(self.st.results_dir) is not None:
+                self.st.kept_previous = str(self.st.results_dir / results.RESULTS_NAME)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         config = session.config
@@ -396,7 +498,9 @@ class _Recorder:
         report = yield
         if call.when == "teardown" and _is_xdist_worker(item.config):
             # Carried to the controller with the report (xdist serialises its attributes).
-            report.testharness_metrics = self.st.metrics.get(self.st.key(item.nodeid))
+            with self.st.lock:  # a copy: a thread the test left running may still be tracking
+                metrics = self.st.metrics.get(self.st.key(item.nodeid))
+                report.testharness_metrics = dict(metrics) if metrics is not None else None
             report.testharness_memory = [self.st.memory_source, sorted(self.st.gpu_names)]
         return report
 
@@ -423,8 +527,12 @@ class _Recorder:
             before, dur = st.pending[report.nodeid]
             merged = _merge(before, phase, report.when)
             st.pending[report.nodeid] = (merged, dur + report.duration)
-        if report.when == "teardown":  # every attempt, rerun or not, ends with its teardown
+        if report.when == "teardown" or report.when not in _PHASES:
+            # Every attempt, rerun or not, ends with its teardown, or with its worker's crash.
             _finish_attempt(st, report.nodeid)
+
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+        self.st.stopped = _stop_cause(excinfo.value)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_teardown(self, item: pytest.Item) -> None:
@@ -442,6 +550,9 @@ class _Recorder:
         # Called by the terminal reporter after every pytest_sessionfinish implementation.
         if self.st.written_to:
             terminalreporter.write_line(self.st.written_to)
+        if self.st.write_error:
+            terminalreporter.write_line(_error_line(self.st), red=True, bold=True)
+            self.st.error_shown = True
 
     # The innermost wrapper: its code after `yield` runs once every plain implementation
     # (pytest-testmon's and sharding's trylast ones change the exit status) is done, and
@@ -451,14 +562,13 @@ class _Recorder:
         try:
             return (yield)
         finally:
-            try:
-                _write(session, self.st)
-            except Exception as exc:  # never turn a finished session into an internal error
-                print(f"testharness: could not write unit results: {exc}", file=sys.stderr)
+            _guarded(_write, session, self.st)  # a record it cannot write fails the run (exit 3), one line
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
-        if self.st.session is not None:
-            try:
-                _amend_exit_status(self.st.session, self.st)
-            except Exception as exc:
-                print(f"testharness: could not update unit results: {exc}", file=sys.stderr)
+        # pytest returns session.exitstatus after unconfigure: a rewrite that fails here still
+        # fails the run.
+        if self.st.session is not None and _owns_the_record(self.st.session, self.st):
+            _guarded(_amend_exit_status, self.st.session, self.st)
+        if self.st.write_error and not self.st.error_shown:  # no terminal summary (-p no:terminal, exit 3/4)
+            print(_error_line(self.st), file=sys.stderr)
+            self.st.error_shown = True

@@ -281,25 +281,64 @@ def _count(summary: dict[str, object] | None, key: str) -> int:
     return value if isinstance(value, int) else 0
 
 
+def _text(summary: dict[str, object] | None, key: str) -> str | None:
+    value = summary.get(key) if summary else None
+    return value if isinstance(value, str) and value else None
+
+
 def interpret_exit(code: int, summary: dict[str, object] | None, stopped_by: str | None = None) -> tuple[int, str]:
     """(the script's exit code, the closing line) for pytest's exit code; `stopped_by`: the
-    stop signal this script received and passed on, if any."""
+    stop signal this script received and passed on, if any. `summary` is what the plugin wrote
+    (tracker._write_summary): where the results went or why they could not be written, what
+    stopped the session, what was collected."""
+    error = _text(summary, "results_error")
+    if error is not None:  # the plugin made pytest exit INTERNAL_ERROR; say what the tests did too
+        tests = summary.get("tests_exit_status") if summary else None
+        tests_code = tests if isinstance(tests, int) and not isinstance(tests, bool) else code
+        _status, line = _tests_line(tests_code, summary, stopped_by)
+        tests_said = line.removeprefix("run_unit: ").removeprefix("FAILED: ")
+        return INTERNAL_ERROR, f"run_unit: FAILED: no results were written ({error}); the tests: {tests_said}"
+    return _tests_line(code, summary, stopped_by)
+
+
+def _stopped_early(summary: dict[str, object] | None, where: str) -> str:
+    """The closing line of a run that pytest ended early with exit 2 without a stop signal
+    reaching this script, from what the plugin saw interrupt it (`stopped`)."""
+    stopped = summary.get("stopped") if summary else None
+    by = stopped.get("by") if isinstance(stopped, dict) else None
+    reason = stopped.get("reason") if isinstance(stopped, dict) else None
+    reason = reason if isinstance(reason, str) else ""
+    if by == "signal":  # sent to pytest itself, not through this script
+        return f"run_unit: interrupted by {reason}{where}"
+    if by == "pytest":  # session.shouldstop: --sw after a failure, xdist's --maxfail, a plugin
+        return f"run_unit: pytest stopped the run early: {reason}{where}"
+    if by == "exit":
+        return f"run_unit: stopped by pytest.exit(): {reason}{where}"
+    if by == "KeyboardInterrupt":
+        return f"run_unit: stopped by a KeyboardInterrupt raised in a test or plugin (no stop signal){where}"
+    if by == "collection":
+        return f"run_unit: stopped by errors during collection ({reason}; see the ERROR lines above)"
+    # No word from the plugin: pytest stopped itself, nearly always on `Interrupted: N errors
+    # during collection`.
+    return (
+        "run_unit: stopped by errors during collection (see the ERROR lines above), or a test "
+        "or plugin ended the session (pytest.exit, KeyboardInterrupt)"
+    )
+
+
+def _tests_line(code: int, summary: dict[str, object] | None, stopped_by: str | None) -> tuple[int, str]:
+    results = _text(summary, "results")
+    where = f"; results of the tests that ran: {results}" if results else ""
     if stopped_by is not None or code < 0:
         name = stopped_by or signal.Signals(-code).name
-        results = summary.get("results") if summary else None
-        where = f"; results of the tests that ran: {results}" if results else ""
         return INTERRUPTED, f"run_unit: interrupted by {name}{where}"
     if code == OK:
         return 0, "run_unit: all selected tests passed"
     if code == TESTS_FAILED:
         return 1, "run_unit: FAILED: some tests failed (see the summary above)"
     if code == INTERRUPTED:
-        # No stop signal reached this script (a Ctrl-C from the terminal does, see above): pytest
-        # stopped itself, nearly always on `Interrupted: N errors during collection`.
-        return 2, (
-            "run_unit: stopped by errors during collection (see the ERROR lines above), or a test "
-            "or plugin ended the session (pytest.exit, KeyboardInterrupt)"
-        )
+        # A Ctrl-C from the terminal reaches this script too (above): no signal came this way.
+        return 2, _stopped_early(summary, where)
     if code == USAGE_ERROR:
         return 2, "run_unit: pytest rejected the arguments (see the error above)"
     if code == NO_TESTS:

@@ -55,6 +55,73 @@ def test_check_metric_copies_and_reserves_underscore() -> None:
         results.check_metric("_elapsed", 1.0)
 
 
+@pytest.mark.parametrize(
+    ("value", "where", "key"),
+    [({1: "a", "1": "b"}, "m", "1 (int)"), ({"x": [{2.5: 1}]}, "m['x'][0]", "2.5 (float)"),
+     ({"x": {None: 1}}, "m['x']", "None (NoneType)"), ({(1, 2): 1}, "m", "(1, 2) (tuple)")],
+)  # fmt: skip
+def test_check_metric_refuses_keys_that_are_not_strings(value: object, where: str, key: str) -> None:
+    # JSON would write 1 as "1": 1 and "1" would silently become one key (the last one won).
+    with pytest.raises(results.MetricError) as err:
+        results.check_metric("m", value)
+    assert str(err.value).startswith(f"metric 'm': key {key} in {where} is not a string: JSON keys are strings")
+    assert "track str keys" in str(err.value)
+    if key == "1 (int)":
+        assert "so it would be written as '1', merging with any key '1'" in str(err.value)
+
+
+def test_check_metric_refuses_deep_and_self_containing_values_with_its_own_error() -> None:
+    ok: list[object] = []  # one level
+    for _ in range(results.MAX_METRIC_DEPTH - 2):
+        ok = [ok]
+    assert results.check_metric("m", {"deep": ok}) == {"deep": ok}  # MAX_METRIC_DEPTH levels with the dict
+    deep: object = []
+    for _ in range(5000):  # json.dumps would raise RecursionError
+        deep = [deep]
+    with pytest.raises(results.MetricError, match=r"^metric 'deep': the value nests lists/dicts more than 100 levels"):
+        results.check_metric("deep", deep)
+    with pytest.raises(results.MetricError, match=r"^metric 'm': the value nests"):
+        results.check_metric("m", {"deep": [ok]})
+    loop: list[object] = [1]
+    loop.append({"again": loop})
+    with pytest.raises(results.MetricError, match=r"^metric 'loop': the value contains itself at loop\[1\]\['again'\]"):
+        results.check_metric("loop", loop)
+    shared = [1]
+    assert results.check_metric("m", {"a": shared, "b": shared}) == {"a": [1], "b": [1]}  # shared, not a loop
+
+
+def test_write_results_writes_both_files_or_neither(tmp_path: Path) -> None:
+    (tmp_path / "unit_results").write_text("")  # where the dated copies go: a file
+    with pytest.raises(results.ResultsWriteError) as err:
+        results.write_results(tmp_path, _doc(), START)
+    assert str(err.value) == (
+        f"{tmp_path / 'unit_results' / '20260324_233412.json'}: {tmp_path / 'unit_results'} is a file, not a directory"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["unit_results"]  # the latest was removed again
+    with pytest.raises(results.ResultsWriteError, match="is a file, not a directory"):
+        results.write_results(tmp_path / "unit_results" / "out", _doc(), START)
+
+
+def test_rewrite_that_fails_removes_the_files(tmp_path: Path) -> None:
+    latest, dated = results.write_results(tmp_path, _doc(), START)
+    dated.parent.rename(tmp_path / "moved")
+    dated.parent.write_text("")  # the dated copy can no longer be replaced
+    with pytest.raises(results.ResultsWriteError):
+        results.rewrite_results([latest, dated], _doc(exit_status=1))
+    assert not latest.exists()  # it would say exit_status 0 for a run that exits otherwise
+
+
+def test_remove_previous_says_why_a_record_stays(tmp_path: Path) -> None:
+    results.write_results(tmp_path, _doc(), START)
+    assert results.remove_previous(tmp_path) is None
+    assert not (tmp_path / "unit_results.json").exists() and len(list((tmp_path / "unit_results").iterdir())) == 1
+    assert results.remove_previous(tmp_path) is None  # nothing there
+    (tmp_path / "afile").write_text("")
+    assert results.remove_previous(tmp_path / "afile") is None  # nothing can be there
+    (tmp_path / "unit_results.json").mkdir()
+    assert results.remove_previous(tmp_path) == f"{tmp_path / 'unit_results.json'}: Is a directory"
+
+
 def test_build_results_has_every_documented_key() -> None:
     doc = _doc()
     assert list(doc) == [

@@ -324,3 +324,45 @@ def test_reads_it(record, tracker):
     result, doc = _run(pytester, "-p", "no:randomly")
     result.assert_outcomes(passed=2)
     assert doc["metrics"]["test_s::test_first"]["answer"] == 42
+
+
+# --- the record is never false ------------------------------------------------------------------
+
+
+def test_metric_keys_that_are_not_strings_fail_the_test_naming_the_metric(pytester: pytest.Pytester) -> None:
+    # JSON turns 1 into "1": {1: "a", "1": "b"} was written as {"1": "b"}, silently.
+    pytester.makepyfile(
+        test_keys="def test_keys(tracker):\n    tracker.track('by_step', {1: 'a', '1': 'b'})\n"
+        "def test_deep(tracker):\n    v = []\n    for _ in range(5000):\n        v = [v]\n"
+        "    tracker.track('deep', v)\n"
+    )
+    result, doc = _run(pytester, "-p", "no:randomly")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines([
+        "*MetricError: metric 'by_step': key 1 (int) in by_step is not a string: JSON keys are strings, "
+        "so it would be written as '1', merging with any key '1'; track str keys*",
+        "*MetricError: metric 'deep': the value nests lists/dicts more than 100 levels deep*",
+    ])  # fmt: skip
+    assert "RecursionError:" not in result.stdout.str()
+    assert doc["exit_status"] == 1 and set(doc["metrics"]["test_keys::test_keys"]) == {"_elapsed"}
+
+
+def test_a_rewrite_that_fails_after_the_status_changed_leaves_no_record(pytester: pytest.Pytester) -> None:
+    # A plugin changes the exit status after the files were written, and the dated copy can no
+    # longer be replaced: the files would hold a status the run does not exit with.
+    out = pytester.path / "results"
+    pytester.makeconftest(
+        f"import pathlib, pytest\nSESSION = []\nDATED = pathlib.Path({str(out / 'unit_results')!r})\n"
+        "def pytest_sessionstart(session):\n    SESSION.append(session)\n"
+        "@pytest.hookimpl(tryfirst=True)\ndef pytest_unconfigure(config):\n"
+        "    SESSION[0].exitstatus = 1\n    DATED.rename(DATED.with_name('moved'))\n    DATED.write_text('')\n"
+    )
+    pytester.makepyfile(test_ok="def test_ok(tracker):\n    tracker.track('v', 1)\n")
+    result = pytester.runpytest_inprocess(*HARNESS_PLUGINS, f"--unit-results-dir={out}")
+    assert result.ret == pytest.ExitCode.INTERNAL_ERROR
+    assert not (out / "unit_results.json").exists()  # (the dated copy the conftest moved away stays there)
+    assert [line for line in result.errlines if line.startswith("testharness:")] == [
+        f"testharness: the unit results were not written: {out / 'unit_results'}/"
+        + next(line for line in result.outlines if line.startswith("unit results: ")).rsplit("/", 1)[1].rstrip(")")
+        + f": {out / 'unit_results'} is a file, not a directory (exit status 3)"
+    ]

@@ -195,6 +195,45 @@ def test_pytests_exit_2_without_a_signal_is_named_a_collection_error() -> None:
     assert interpret_exit(2, None, "SIGINT") == (2, "run_unit: interrupted by SIGINT")
 
 
+RESULTS = {"results": "tests/unit/unit_results.json"}
+WHERE = "; results of the tests that ran: tests/unit/unit_results.json"
+
+
+@pytest.mark.parametrize(
+    ("stopped", "line"),
+    [
+        ({"by": "pytest", "reason": "Test failed, continuing from this test next run."},
+         "run_unit: pytest stopped the run early: Test failed, continuing from this test next run." + WHERE),
+        ({"by": "collection", "reason": "2 errors during collection"},
+         "run_unit: stopped by errors during collection (2 errors during collection; see the ERROR lines above)"),
+        ({"by": "exit", "reason": "no GPU"}, "run_unit: stopped by pytest.exit(): no GPU" + WHERE),
+        ({"by": "signal", "reason": "SIGTERM"}, "run_unit: interrupted by SIGTERM" + WHERE),
+        ({"by": "KeyboardInterrupt", "reason": ""},
+         "run_unit: stopped by a KeyboardInterrupt raised in a test or plugin (no stop signal)" + WHERE),
+    ],
+    ids=["stepwise", "collection", "pytest.exit", "signal-to-pytest", "KeyboardInterrupt"],
+)  # fmt: skip
+def test_an_early_stop_is_worded_as_what_stopped_it(stopped: dict[str, str], line: str) -> None:
+    assert interpret_exit(2, {**RESULTS, "stopped": stopped}) == (2, line)
+
+
+@pytest.mark.parametrize(
+    ("tests_status", "stopped_by", "tests_said"),
+    [(0, None, "all selected tests passed"), (1, None, "some tests failed (see the summary above)"),
+     (2, "SIGTERM", "interrupted by SIGTERM")],
+)  # fmt: skip
+def test_results_that_were_not_written_fail_the_run_whatever_the_tests_did(
+    tests_status: int, stopped_by: str | None, tests_said: str
+) -> None:
+    summary = {"results": None, "results_error": "out/unit_results.json: No space left on device",
+               "tests_exit_status": tests_status}  # fmt: skip
+    assert interpret_exit(3, summary, stopped_by) == (
+        3,
+        f"run_unit: FAILED: no results were written (out/unit_results.json: No space left on device); "
+        f"the tests: {tests_said}",
+    )
+
+
 # --- run_unit on a pytester project -------------------------------------------------------
 
 UPSTREAM_PROJECT = """
