@@ -202,8 +202,12 @@ def test_real_ray_never_calls_a_stand_in(monkeypatch: pytest.MonkeyPatch, stand_
 def test_real_ray_load_says_why_when_ray_is_not_installed(tmp_path: Path) -> None:
     code = textwrap.dedent(
         """
-        import sys
-        sys.path = [p for p in sys.path if "site-packages" not in p]
+        import sys, sysconfig
+        # The standard library and the harness only: no installed package (a GPU machine's Ray
+        # may come from a plain directory on PYTHONPATH, not from a site-packages).
+        stdlib = (sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib"))
+        sys.path = [p for p in sys.path if p == TOOLS_PY or (
+            p.startswith(stdlib) and "-packages" not in p) or p.endswith(".zip")]
         from testharness import real_ray
         assert real_ray.imported() is None and real_ray.connected() is None
         ray, why = real_ray.load()
@@ -213,6 +217,7 @@ def test_real_ray_load_says_why_when_ray_is_not_installed(tmp_path: Path) -> Non
     )
     tools_py = str(Path(real_ray.__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": tools_py}
+    code = f"TOOLS_PY = {tools_py!r}\n" + code
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "Ray cannot be imported: No module named 'ray'"
