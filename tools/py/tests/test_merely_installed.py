@@ -215,9 +215,13 @@ def test_real_ray_load_says_why_when_ray_is_not_installed(tmp_path: Path) -> Non
         print(why)
         """
     )
-    tools_py = str(Path(real_ray.__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": tools_py}
-    code = f"TOOLS_PY = {tools_py!r}\n" + code
+    # The harness package alone on the path (where it was installed from a wheel, its folder
+    # also holds the other packages, Ray among them).
+    tools_py = tmp_path / "harness_only"
+    tools_py.mkdir()
+    (tools_py / "testharness").symlink_to(Path(real_ray.__file__).resolve().parent)
+    env = {**os.environ, "PYTHONPATH": str(tools_py)}
+    code = f"TOOLS_PY = {str(tools_py)!r}\n" + code
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "Ray cannot be imported: No module named 'ray'"
