@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -176,39 +176,38 @@ def map_upstream_paths(
     unquoted `pytest $pytest_args` lets bash do."""
     rootdir = cwd if rootdir is None else rootdir
     mapped: list[str] = []
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        option, eq, value = arg.partition("=")
-        if option in PATH_OPTIONS and eq:
-            mapped.append(f"{option}={_map_option_value(option, value, cwd, test_roots, rootdir)}")
-        elif arg in VALUE_OPTIONS and i + 1 < len(args):
-            value = args[i + 1]
-            if arg in PATH_OPTIONS:
-                value = _map_option_value(arg, value, cwd, test_roots, rootdir)
-            mapped += [arg, value]
-            i += 1
+    for arg, value in _with_values(args):
+        option, eq, inline = arg.partition("=")
+        if value is not None:
+            mapped += [arg, _map_option_value(arg, value, cwd, test_roots, rootdir) if arg in PATH_OPTIONS else value]
+        elif option in PATH_OPTIONS and eq:
+            mapped.append(f"{option}={_map_option_value(option, inline, cwd, test_roots, rootdir)}")
         elif arg.startswith("-"):
             mapped.append(arg)
         else:
             mapped += _map_positional(arg, cwd, test_roots)
-        i += 1
     return mapped
+
+
+def _with_values(args: list[str]) -> Iterator[tuple[str, str | None]]:
+    """(argument, the next argument when it is this option's value, else None)."""
+    i = 0
+    while i < len(args):
+        if args[i] in VALUE_OPTIONS and i + 1 < len(args):
+            yield args[i], args[i + 1]
+            i += 2
+        else:
+            yield args[i], None
+            i += 1
 
 
 def has_path_arg(args: list[str], cwd: Path) -> bool:
     """Whether the pytest arguments name a test path (a non-option that exists on disk; the
     value of an option such as `-k unit` or `--ignore PATH` is not one)."""
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg in VALUE_OPTIONS:
-            i += 2
-            continue
-        if not arg.startswith("-") and (cwd / arg.split("::", 1)[0]).exists():
-            return True
-        i += 1
-    return False
+    return any(
+        value is None and not arg.startswith("-") and (cwd / arg.split("::", 1)[0]).exists()
+        for arg, value in _with_values(args)
+    )
 
 
 def pytest_command(plan: Plan, settings: Settings, cwd: Path) -> list[str]:
