@@ -292,14 +292,23 @@ def _left_behind() -> list[Any]:
 
     me = psutil.Process()
     found = {p.pid: p for p in me.children(recursive=True)}
-    marker = ray_session_marker(me.pid)
-    born = me.create_time()
+    found.update((p.pid, p) for p in ray_cluster_processes(me.pid, me.create_time()) if p.pid not in found)
+    return list(found.values())
+
+
+def ray_cluster_processes(pid: int, born: float) -> list[Any]:
+    """Live processes of a Ray cluster that process `pid` (started at `born`, epoch seconds)
+    started, whoever their parent is now: its own, or init's once it died."""
+    import psutil
+
+    marker = ray_session_marker(pid)
+    found = []
     for proc in psutil.process_iter(["cmdline", "create_time"]):
-        if proc.pid in found or proc.pid == me.pid or (proc.info["create_time"] or 0) < born:
+        if proc.pid == pid or (proc.info["create_time"] or 0) < born:
             continue
         if any(marker.search(part) for part in proc.info["cmdline"] or []):
-            found[proc.pid] = proc
-    return list(found.values())
+            found.append(proc)
+    return found
 
 
 def stop_leftover_children(grace_s: float) -> list[str]:

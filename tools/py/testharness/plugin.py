@@ -18,4 +18,5 @@ pytest_plugins = [
     "testharness.testmon_data",
     "testharness.parallel",
     "testharness.hygiene.plugin",
+    "testharness.supervised",
 ]

@@ -3,7 +3,8 @@
 Schema (all keys always present): exit_status, git_commit, start_time, metrics, gpu_types,
 coverage, memory_unit, memory_source, tests. A test's entry has key, outcome, duration and
 attempts, plus `leaks` (a list) and `hang` (an object) only when the test leaked or timed out
-(testharness.hygiene), so files without them read the same. Documented in docs/unit-tests.md ("Results files").
+(testharness.hygiene), and `crash` ({"cause", "stack"}) only when its process died in it
+(testharness.supervisor), so files without them read the same. Documented in docs/unit-tests.md ("Results files").
 The tracker writes it (`build_results`, `write_results`: both files or neither, else one
 `ResultsWriteError` line; `remove_previous` at the start of a run, so a run whose record cannot
 be written leaves no earlier file looking like its own); the history readers (shards,
@@ -37,6 +38,7 @@ __all__ = [  # write_json_atomic: re-exported for the tracker's summary file
     "DATED_DIR",
     "RESULTS_NAME",
     "MAX_METRIC_DEPTH",
+    "MEMORY_RANK",
     "MetricError",
     "OutcomeRecord",
     "ResultsFileError",
@@ -68,6 +70,9 @@ DATED_DIR = "unit_results"
 START_TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 DATED_FORMAT = "%Y%m%d_%H%M%S"
 MEMORY_UNIT = "MiB"
+# Where memory figures came from, least telling first: the records of several processes
+# (xdist workers, a supervised run's rounds) merged keep the most telling source.
+MEMORY_RANK = {"none": 0, "rss": 1, "gpu": 2}
 # Lists and dicts within one metric value: deeper values are refused where they are tracked.
 # Far more than a metric needs, and well inside what every reader parses (Python's json
 # recurses; jq 1.6 stops at 256 levels for the whole file).
@@ -242,6 +247,7 @@ class OutcomeRecord:
     attempts: list[str] = field(default_factory=list)
     leaks: list[dict[str, str]] = field(default_factory=list)  # hygiene: left after teardown
     hang: dict[str, Any] | None = None  # hygiene: the timeout's diagnosis
+    crash: dict[str, str] | None = None  # its process died in it: {"cause", "stack"} (supervisor)
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -254,7 +260,24 @@ class OutcomeRecord:
             out["leaks"] = list(self.leaks)
         if self.hang is not None:
             out["hang"] = self.hang
+        if self.crash is not None:
+            out["crash"] = self.crash
         return out
+
+    @classmethod
+    def from_json(cls, entry: Mapping[str, Any]) -> OutcomeRecord:
+        """An entry as `as_json` wrote it (a supervised run's earlier rounds hand theirs on)."""
+        duration = finite_number(entry.get("duration"))
+        hang, crash, leaks = entry.get("hang"), entry.get("crash"), entry.get("leaks")
+        return cls(
+            key=str(entry.get("key", "")),
+            outcome=str(entry.get("outcome", "unknown")),
+            duration=duration if duration is not None else 0.0,
+            attempts=[str(a) for a in entry.get("attempts", []) if isinstance(a, str)],
+            leaks=[x for x in map(_leak, leaks) if x] if isinstance(leaks, list) else [],
+            hang=hang if isinstance(hang, dict) else None,
+            crash={k: str(v) for k, v in crash.items()} if isinstance(crash, dict) else None,
+        )
 
 
 def git_commit(root: Path) -> str:
@@ -432,6 +455,7 @@ class TestRecord:
     attempts: tuple[str, ...]
     leaks: tuple[Mapping[str, str], ...] = ()  # {"kind", "what", "detail"[, "owner"]}
     hang: Mapping[str, Any] | None = None  # {"timeout_s", "reason", "stuck", "stacks"}
+    crash: Mapping[str, str] | None = None  # {"cause", "stack"}: its process died in it
 
 
 @dataclass(frozen=True)
@@ -484,7 +508,7 @@ def _parse_tests(raw: Any) -> dict[str, TestRecord]:
         outcome = entry.get("outcome")
         duration = finite_number(entry.get("duration"))
         leaks = entry.get("leaks")
-        hang = entry.get("hang")
+        hang, crash = entry.get("hang"), entry.get("crash")
         tests[nodeid] = TestRecord(
             nodeid=nodeid,
             key=str(entry.get("key", nodeid)),
@@ -493,6 +517,7 @@ def _parse_tests(raw: Any) -> dict[str, TestRecord]:
             attempts=tuple(a for a in attempts if isinstance(a, str)) if isinstance(attempts, list) else (),
             leaks=tuple(_leak(x) for x in leaks if _leak(x)) if isinstance(leaks, list) else (),
             hang=hang if isinstance(hang, dict) else None,
+            crash={k: str(v) for k, v in crash.items()} if isinstance(crash, dict) else None,
         )
     return tests
 

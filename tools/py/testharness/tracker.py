@@ -33,6 +33,7 @@ from typing import Any
 import pytest
 
 from testharness import gpu, results
+from testharness.crash_record import Carried
 from testharness.settings import (
     Settings,
     SettingsError,
@@ -52,7 +53,7 @@ class _State:
     metrics: dict[str, dict[str, Any]] = field(default_factory=dict)
     tests: dict[str, results.OutcomeRecord] = field(default_factory=dict)
     pending: dict[str, tuple[str, float]] = field(default_factory=dict)  # attempt in progress
-    hygiene: dict[str, dict[str, Any]] = field(default_factory=dict)  # leaks/hang of the attempt
+    hygiene: dict[str, dict[str, Any]] = field(default_factory=dict)  # leaks, hang, crash of the attempt
     gpu_names: set[str] = field(default_factory=set)
     memory_source: str = "none"
     cluster_read: bool = False
@@ -186,6 +187,8 @@ def _finish_attempt(st: _State, nodeid: str) -> None:
     rec.leaks.extend(extra.get("leaks", []))
     if extra.get("hang") is not None:
         rec.hang = extra["hang"]
+    if extra.get("crash") is not None:
+        rec.crash = extra["crash"]
 
 
 # --- the fixture -------------------------------------------------------------------------
@@ -290,6 +293,58 @@ def session_record(config: pytest.Config) -> SessionRecord:
     if _STATE not in config.stash:
         raise RuntimeError("session_record: the testharness tracker plugin is not active in this run")
     return SessionRecord(config)
+
+
+# --- what a supervised run hands on (testharness.supervised) -------------------------------
+
+
+def is_active(config: pytest.Config) -> bool:
+    return _STATE in config.stash
+
+
+def test_key(config: pytest.Config, nodeid: str) -> str:
+    return _state(config).key(nodeid)
+
+
+def session_line(config: pytest.Config) -> dict[str, Any]:
+    """Where this session's record goes and when it started, for the supervisor to write it
+    should the process die."""
+    st = _state(config)
+    target = st.results_dir if _writes_results(config) else None
+    return {
+        "results_dir": str(target) if target is not None else None,
+        "start": st.start.strftime(results.START_TIME_FORMAT),
+        "shard": config.getoption("shard", None),
+        "root": str(st.settings.root),
+    }
+
+
+def finished_line(config: pytest.Config, nodeid: str) -> dict[str, Any] | None:
+    """A finished test's entry, metrics and memory readings, as the record would hold them."""
+    st = _state(config)
+    rec = st.tests.get(nodeid)
+    if rec is None or nodeid in st.pending:
+        return None
+    with st.lock:  # a copy: a thread the test left running may still be tracking
+        metrics = st.metrics.get(rec.key)
+        metrics = dict(metrics) if metrics is not None else None
+    return {"test": nodeid, "record": rec.as_json(), "metrics": metrics,
+            "memory": [st.memory_source, sorted(st.gpu_names)]}  # fmt: skip
+
+
+def carry_in(config: pytest.Config, carried: Carried) -> None:
+    """Take what the earlier rounds of a supervised run recorded: this session's record then
+    lists every test of the run, from the first round's start."""
+    st = _state(config)
+    if carried.start:
+        st.start = datetime.strptime(carried.start, results.START_TIME_FORMAT)
+    for nodeid, entry in carried.tests.items():
+        st.tests[nodeid] = results.OutcomeRecord.from_json(entry)
+    with st.lock:
+        st.metrics.update({key: dict(values) for key, values in carried.metrics.items()})
+    if results.MEMORY_RANK.get(carried.memory_source, 0) > results.MEMORY_RANK.get(st.memory_source, 0):
+        st.memory_source = carried.memory_source
+    st.gpu_names.update(carried.gpu_names)
 
 
 # --- session end -------------------------------------------------------------------------
@@ -455,9 +510,6 @@ def _warn_clash(stem: str, paths: list[str], st: _State, rootdir: Path) -> None:
     warnings.warn_explicit(pytest.PytestCollectionWarning(message), pytest.PytestCollectionWarning, str(file), 1)
 
 
-_MEMORY_RANK = {"none": 0, "rss": 1, "gpu": 2}  # workers merged: the most telling source wins
-
-
 class _Recorder:
     """Per-session hooks, registered per config so nested pytester sessions stay apart."""
 
@@ -512,10 +564,12 @@ class _Recorder:
         memory = getattr(report, "testharness_memory", None)
         if isinstance(memory, list) and len(memory) == 2:  # what the worker's get_max_mem saw
             source, names = memory
-            if _MEMORY_RANK.get(source, 0) > _MEMORY_RANK.get(st.memory_source, 0):
+            if results.MEMORY_RANK.get(source, 0) > results.MEMORY_RANK.get(st.memory_source, 0):
                 st.memory_source = source
             st.gpu_names.update(names)
-        for name in ("leaks", "hang"):  # set by testharness.hygiene (xdist carries them)
+        # leaks, hang: set by testharness.hygiene (xdist carries them); crash: by
+        # testharness.supervised on the report of a test that killed its xdist worker
+        for name in ("leaks", "hang", "crash"):
             value = getattr(report, f"testharness_{name}", None)
             if value:
                 extra = st.hygiene.setdefault(report.nodeid, {})

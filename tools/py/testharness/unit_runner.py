@@ -6,9 +6,7 @@ test assets, the pytest command, and what pytest's exit code means for the scrip
 
 from __future__ import annotations
 
-import contextlib
 import glob
-import json
 import logging
 import os
 import signal
@@ -22,6 +20,7 @@ from pathlib import Path
 
 from testharness.requirements import first_option_problem
 from testharness.settings import MarkerGroup, Settings, SettingsError, load_settings
+from testharness.supervisor import supervise
 
 
 def usage(groups: Sequence[MarkerGroup] = ()) -> str:
@@ -352,14 +351,6 @@ def _tests_line(code: int, summary: dict[str, object] | None, stopped_by: str | 
     return code, f"run_unit: pytest stopped with an internal error (exit {code})"
 
 
-def _read_summary(path: Path) -> dict[str, object] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def build_assets(settings: Settings) -> int:
     """Run the asset script when the assets dir is missing or empty; 0 on success or skip."""
     assets = settings.assets_dir
@@ -409,55 +400,15 @@ def main(argv: list[str] | None = None) -> int:
             print("run_unit: building the test assets failed (see above)", file=sys.stderr)
             return 1
     with tempfile.TemporaryDirectory(prefix="run_unit_") as tmp:
-        summary_file = Path(tmp) / "summary.json"
-        env["TESTHARNESS_SUMMARY_FILE"] = str(summary_file)
         cmd = pytest_command(plan, settings, cwd)
         print("run_unit: " + " ".join(cmd[1:]), flush=True)
-        code, stopped_by = run_forwarding_signals(cmd, env)
-        status, message = interpret_exit(code, _read_summary(summary_file), stopped_by)
+        run = supervise(cmd, env, Path(tmp))
+        code = run.code
+        status, message = interpret_exit(code, run.summary, run.stopped_by)
     if code == USAGE_ERROR:
         message += "\n" + usage(settings.marker_groups)
     print(message, file=sys.stderr if status else sys.stdout)
     return status
-
-
-# --- signals ------------------------------------------------------------------------------
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-def _terminal_sent_it_to_the_child() -> bool:
-    """Whether a SIGINT came from our terminal's Ctrl-C, which reaches the whole foreground
-    process group (pytest included): forwarding it would deliver it twice."""
-    try:
-        with open("/dev/tty", "rb") as tty:
-            return os.tcgetpgrp(tty.fileno()) == os.getpgrp()
-    except OSError:
-        return False
-
-
-def run_forwarding_signals(cmd: list[str], env: dict[str, str]) -> tuple[int, str | None]:
-    """Run pytest; SIGINT/SIGTERM/SIGHUP sent to this process are passed on to it, and we wait
-    for it to finish (its results file included). (exit code, name of the first stop signal)."""
-    proc = subprocess.Popen(cmd, env=env)
-    received: list[int] = []
-
-    def forward(signum: int, _frame: object) -> None:
-        received.append(signum)
-        if signum == signal.SIGINT and _terminal_sent_it_to_the_child():
-            return
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signum)
-
-    # A signal this process ignores (nohup, a background job without job control) is ignored
-    # by pytest too: it inherits the disposition; neither forward it nor count it.
-    previous = {s: signal.signal(s, forward) for s in STOP_SIGNALS if signal.getsignal(s) != signal.SIG_IGN}
-    try:
-        code = proc.wait()
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-    return code, signal.Signals(received[0]).name if received else None
 
 
 if __name__ == "__main__":

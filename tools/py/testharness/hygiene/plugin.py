@@ -41,8 +41,12 @@ from typing import Any
 
 import pytest
 
+from testharness import supervised
 from testharness.hygiene import core, hang, probe
 from testharness.settings import Hygiene, SettingsError, load_settings
+
+DIAGNOSIS_WAIT_S = 120.0  # the test's end waits this long for a fired watchdog's diagnosis
+DIAGNOSIS_BUDGET_S = DIAGNOSIS_WAIT_S + 30.0  # the supervisor's deadline once the watchdog runs
 
 _LEAKS = pytest.StashKey[list[core.Leak]]()
 _HANG = pytest.StashKey["hang.Diagnosis"]()
@@ -343,6 +347,7 @@ class _Watchdog:
         self.timer.daemon = True
         self.timer.name = f"testharness-hang-watchdog {self.item.nodeid}"
         self.timer.start()
+        supervised.set_deadline(seconds)  # run_unit's supervisor steps in if this timer cannot run
 
     def start(self) -> None:
         with self.lock:
@@ -359,6 +364,7 @@ class _Watchdog:
                 self._arm(fixture_timeout, what)
             else:
                 self.timer = None
+                supervised.set_deadline(None)
 
     def resume(self) -> None:
         with self.lock:
@@ -372,7 +378,7 @@ class _Watchdog:
             if self.timer is not None:
                 self.timer.cancel()
         if self.fired.is_set():
-            self.done.wait(120)  # the diagnosis ends the processes before the next test starts
+            self.done.wait(DIAGNOSIS_WAIT_S)  # the diagnosis ends the processes before the next test starts
         if self.previous is not None:
             signal.signal(signal.SIGALRM, self.previous)
 
@@ -386,6 +392,7 @@ class _Watchdog:
             if self.closed or threading.current_thread() is not self.timer:
                 return  # cancelled (SIGALRM's default handler is back: it would end the process), or re-armed
             self.fired.set()
+        supervised.set_deadline(DIAGNOSIS_BUDGET_S)  # it runs: give it time to diagnose and end the test
         try:
             root = str(self.item.config.rootpath)
             test_file = self.item.nodeid.split("::", 1)[0]

@@ -1,0 +1,288 @@
+"""The files a supervised run leaves as it goes, so that a pytest process that dies (a
+segfault, an abort, `os._exit`, an OOM kill, a hang killed from outside) still gets one
+true record (pure: no pytest, no Ray).
+
+run_unit's supervisor (testharness.supervisor) gives each pytest it starts a directory
+(TESTHARNESS_SUPERVISE_DIR); the plugin (testharness.supervised) keeps in it:
+
+- `journal.jsonl`, appended by the process that owns the record (pytest, or xdist's
+  controller), one JSON object a line: `{"session": {"results_dir", "start", "shard"}}` as
+  the session starts, `{"selected": [node ids]}` once collection is done, and per finished
+  test `{"test": node id, "record": <its entry in unit_results.json>, "metrics": {...} |
+  null, "memory": [source, [gpu names]]}` (a rerun appends again: the last line wins).
+  Appends of one short line survive the process dying right after; a torn last line is
+  skipped.
+- `running/<pid>.json`: the test each test process (pytest, or an xdist worker) is in:
+  `{"nodeid", "key", "pid", "started", "deadline"}`, `deadline` (epoch seconds) being when
+  its in-process watchdog should have ended it (None: no timeout).
+- `faults/<pid>.txt`: that process's faulthandler output: the Python stacks of a fatal
+  signal, and the dumps the supervisor asks for before it kills a stuck process.
+- `verdicts/<pid>.json`: `{"nodeid", "cause", "stack"}` written by the supervisor before it
+  kills a process stuck past its deadline, so the crash is recorded as a timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from testharness.atomic_io import hidden_temp_beside, write_json_atomic
+from testharness.results import MEMORY_RANK
+
+JOURNAL = "journal.jsonl"
+RUNNING = "running"
+FAULTS = "faults"
+VERDICTS = "verdicts"
+STACK_LIMIT = 20_000  # characters of a stack kept in the record (the start and the end)
+
+# --- the journal ----------------------------------------------------------------------------
+
+
+def append_line(path: Path, entry: Mapping[str, Any]) -> None:
+    """Append one JSON line in one write (O_APPEND): it is in the file once this returns,
+    whatever the process does next."""
+    data = (json.dumps(entry, separators=(",", ":"), default=str) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class Journal:
+    """What one pytest process journaled before it ended (or died)."""
+
+    session: dict[str, Any] = field(default_factory=dict)
+    selected: list[str] | None = None  # None: it died before collection was done
+    finished: dict[str, dict[str, Any]] = field(default_factory=dict)  # node id -> its line
+    fresh_process: tuple[str, str] | None = None  # (node id, why): the process ended itself after it
+
+
+def read_journal(directory: Path) -> Journal:
+    journal = Journal()
+    try:
+        text = (directory / JOURNAL).read_text(encoding="utf-8")
+    except OSError:
+        return journal
+    for line in text.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue  # a line torn by the process dying mid-write
+        if not isinstance(entry, dict):
+            continue
+        if isinstance(entry.get("session"), dict):
+            journal.session = entry["session"]
+        elif isinstance(entry.get("selected"), list):
+            journal.selected = [n for n in entry["selected"] if isinstance(n, str)]
+        elif isinstance(entry.get("fresh_process"), str):
+            journal.fresh_process = (entry["fresh_process"], str(entry.get("cause", "")))
+        elif isinstance(entry.get("test"), str) and isinstance(entry.get("record"), dict):
+            journal.finished[entry["test"]] = entry
+    return journal
+
+
+# --- which test each process is in -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Breadcrumb:
+    nodeid: str
+    key: str
+    pid: int
+    started: float  # epoch seconds
+    deadline: float | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"nodeid": self.nodeid, "key": self.key, "pid": self.pid, "started": self.started,
+                "deadline": self.deadline}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: Any) -> Breadcrumb | None:
+        if not isinstance(data, dict):
+            return None
+        nodeid, key, pid, started = (data.get(k) for k in ("nodeid", "key", "pid", "started"))
+        deadline = data.get("deadline")
+        if not (isinstance(nodeid, str) and isinstance(key, str) and isinstance(pid, int)):
+            return None
+        if not isinstance(started, (int, float)) or not (deadline is None or isinstance(deadline, (int, float))):
+            return None
+        return cls(nodeid, key, pid, float(started), None if deadline is None else float(deadline))
+
+
+def write_breadcrumb(directory: Path, crumb: Breadcrumb) -> None:
+    """Replace the process's breadcrumb in one step. No fsync (write_json_atomic's): it only has
+    to outlive the process, not the machine, and is written twice per test."""
+    path = directory / RUNNING / f"{crumb.pid}.json"
+    tmp = hidden_temp_beside(path)
+    try:
+        tmp.write_text(json.dumps(crumb.as_json()), encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def clear_breadcrumb(directory: Path, pid: int) -> None:
+    (directory / RUNNING / f"{pid}.json").unlink(missing_ok=True)
+
+
+def read_breadcrumbs(directory: Path) -> list[Breadcrumb]:
+    crumbs = []
+    for path in sorted((directory / RUNNING).glob("*.json")):
+        try:
+            crumb = Breadcrumb.from_json(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            continue  # removed as we read it: that test ended
+        if crumb is not None:
+            crumbs.append(crumb)
+    return crumbs
+
+
+def overdue(crumbs: Iterable[Breadcrumb], now: float, grace_s: float) -> list[Breadcrumb]:
+    """The processes still in a test `grace_s` past their watchdog's deadline: the watchdog
+    could not run (a C call holding the GIL, signals blocked)."""
+    return [c for c in crumbs if c.deadline is not None and now > c.deadline + grace_s]
+
+
+# --- why a process died ----------------------------------------------------------------------
+
+
+def fault_path(directory: Path, pid: int) -> Path:
+    return directory / FAULTS / f"{pid}.txt"
+
+
+def clip(text: str, limit: int = STACK_LIMIT) -> str:
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n... ({len(text) - limit} characters left out) ...\n{text[-half:]}"
+
+
+def read_fault(directory: Path, pid: int) -> str:
+    try:
+        return clip(fault_path(directory, pid).read_text(encoding="utf-8", errors="replace").strip())
+    except OSError:
+        return ""
+
+
+def write_verdict(directory: Path, pid: int, nodeid: str, cause: str, stack: str) -> None:
+    write_json_atomic(directory / VERDICTS / f"{pid}.json", {"nodeid": nodeid, "cause": cause, "stack": clip(stack)})
+
+
+def read_verdict(directory: Path, pid: int) -> dict[str, str] | None:
+    try:
+        data = json.loads((directory / VERDICTS / f"{pid}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if isinstance(data, dict) and all(isinstance(data.get(k), str) for k in ("nodeid", "cause", "stack")):
+        return {k: data[k] for k in ("nodeid", "cause", "stack")}
+    return None
+
+
+def exit_cause(code: int) -> str:
+    """What a process's exit code says about how it ended (Popen: -N for signal N)."""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        if -code == signal.SIGKILL:
+            return f"killed by {name} (from outside: the kernel's out-of-memory killer, or a kill -9)"
+        return f"killed by {name}"
+    return f"the process exited with code {code} in the middle of the test (os._exit, or a library ending it)"
+
+
+def fault_cause(stack: str) -> str | None:
+    """The fatal signal faulthandler names ("Fatal Python error: Segmentation fault"), if any."""
+    for line in stack.splitlines():
+        if line.startswith("Fatal Python error: "):
+            return line.removeprefix("Fatal Python error: ").strip()
+    return None
+
+
+def crashed_thread(stack: str, lines: int = 30) -> list[str]:
+    """The part of a dump worth a terminal: the thread that crashed or holds the GIL (the
+    record keeps every thread)."""
+    text = stack.splitlines()
+    start = next((i for i, line in enumerate(text) if line.startswith("Current thread") or "+gil)" in line), 0)
+    return text[start : start + lines]
+
+
+# CUDA errors after which the process's CUDA context is unusable: every later CUDA call in the
+# process fails with them too, so the tests after it need a fresh process.
+_STICKY_CUDA = re.compile(
+    r"CUDA error: (device-side assert triggered|an illegal memory access was encountered"
+    r"|unspecified launch failure|misaligned address|an illegal instruction was encountered)"
+)
+
+
+def sticky_cuda_error(text: str) -> str | None:
+    """The CUDA error in a failure's text that leaves the process's CUDA context unusable."""
+    match = _STICKY_CUDA.search(text)
+    return match.group(0) if match else None
+
+
+def crash_entry(crumb: Breadcrumb, cause: str, stack: str, ended: float) -> dict[str, Any]:
+    """The results-file entry of a test whose process died in it."""
+    return {
+        "key": crumb.key,
+        "outcome": "failed",
+        "duration": round(max(0.0, ended - crumb.started), 6),
+        "attempts": ["failed"],
+        "crash": {"cause": cause, "stack": clip(stack)},
+    }
+
+
+# --- what the rounds of one run recorded -------------------------------------------------------
+
+
+@dataclass
+class Carried:
+    """What the earlier pytest processes of one supervised run recorded, handed to the next
+    (TESTHARNESS_CARRIED) so that the last one writes one record of every selected test."""
+
+    start: str = ""  # the first round's start (results.START_TIME_FORMAT)
+    tests: dict[str, dict[str, Any]] = field(default_factory=dict)  # node id -> results entry
+    metrics: dict[str, dict[str, Any]] = field(default_factory=dict)  # metric key -> metrics
+    memory_source: str = "none"
+    gpu_names: set[str] = field(default_factory=set)
+
+    def add_journal(self, journal: Journal) -> None:
+        if not self.start and isinstance(journal.session.get("start"), str):
+            self.start = journal.session["start"]
+        for nodeid, line in journal.finished.items():
+            self.tests[nodeid] = line["record"]
+            key = line["record"].get("key")
+            if isinstance(line.get("metrics"), dict) and isinstance(key, str):
+                self.metrics[key] = line["metrics"]
+            memory = line.get("memory")
+            if isinstance(memory, list) and len(memory) == 2:
+                source, names = memory
+                if MEMORY_RANK.get(source, 0) > MEMORY_RANK.get(self.memory_source, 0):
+                    self.memory_source = source
+                self.gpu_names.update(n for n in names if isinstance(n, str))
+
+    def failed(self) -> bool:
+        return any(t.get("outcome") in ("failed", "error") for t in self.tests.values())
+
+    def as_json(self) -> dict[str, Any]:
+        return {"start": self.start, "tests": self.tests, "metrics": self.metrics,
+                "memory_source": self.memory_source, "gpu_names": sorted(self.gpu_names)}  # fmt: skip
+
+    @classmethod
+    def read(cls, path: Path) -> Carried:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return cls(
+            start=str(data.get("start", "")),
+            tests=dict(data.get("tests", {})),
+            metrics=dict(data.get("metrics", {})),
+            memory_source=str(data.get("memory_source", "none")),
+            gpu_names=set(data.get("gpu_names", [])),
+        )

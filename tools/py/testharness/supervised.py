@@ -1,0 +1,188 @@
+"""pytest adapter of crash supervision: what run_unit's supervisor needs to write the record of
+a pytest process that dies, and to go on without it (files: testharness.crash_record).
+
+Active only when run_unit starts pytest (TESTHARNESS_SUPERVISE_DIR set); a plain `pytest`
+run is untouched. In every process that runs tests (pytest, or each xdist worker) it keeps a
+breadcrumb of the test in progress, with its watchdog's deadline (`set_deadline`, called by
+testharness.hygiene), and points faulthandler at a file (a fatal signal's stacks; SIGUSR2
+dumps the stacks on demand, when no handler of the project's owns it). The process that owns
+the record journals the session, the selection and each finished test. A continuation round
+(TESTHARNESS_ONLY_TESTS: a JSON list of node ids) runs only the tests an earlier round did not
+reach, and takes what the earlier rounds recorded (TESTHARNESS_CARRIED) into its record.
+Under -n the report of a test that killed its worker gets the worker's fatal stack, or the
+supervisor's verdict when it killed a stuck worker (`report.testharness_crash`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import json
+import os
+import signal
+import time
+from collections.abc import Generator
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+
+from testharness import crash_record, tracker
+
+SUPERVISE_DIR_ENV = "TESTHARNESS_SUPERVISE_DIR"
+ONLY_ENV = "TESTHARNESS_ONLY_TESTS"
+CARRIED_ENV = "TESTHARNESS_CARRIED"
+DUMP_SIGNAL = signal.SIGUSR2
+FRESH_PROCESS_EXIT = 75  # ends a process whose CUDA context a test made unusable (EX_TEMPFAIL)
+
+# One test at a time per process: the breadcrumb in progress, for set_deadline.
+_CURRENT: tuple[Path, crash_record.Breadcrumb] | None = None
+
+
+def set_deadline(seconds: float | None) -> None:
+    """The watchdog of the test in progress was (re)armed to fire in `seconds` (None: off).
+    The supervisor ends this process when it is still in that test some seconds after that:
+    the watchdog could not run (a C call holding the GIL, signals blocked)."""
+    global _CURRENT
+    if _CURRENT is None or _CURRENT[1].pid != os.getpid():
+        return
+    directory, crumb = _CURRENT
+    deadline = None if seconds is None else time.time() + seconds
+    _CURRENT = (directory, crash_record.Breadcrumb(crumb.nodeid, crumb.key, crumb.pid, crumb.started, deadline))
+    with contextlib.suppress(OSError):
+        crash_record.write_breadcrumb(directory, _CURRENT[1])
+
+
+def _is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def _is_xdist_controller(config: pytest.Config) -> bool:
+    return bool(getattr(config.option, "numprocesses", None)) and not _is_xdist_worker(config)
+
+
+@pytest.hookimpl(trylast=True)  # after the tracker's: its state is in the config
+def pytest_configure(config: pytest.Config) -> None:
+    directory = os.environ.get(SUPERVISE_DIR_ENV)
+    if directory and tracker.is_active(config):
+        config.pluginmanager.register(_Supervised(config, Path(directory)), f"testharness-supervised-{id(config)}")
+
+
+class _Supervised:
+    def __init__(self, config: pytest.Config, directory: Path) -> None:
+        self.config = config
+        self.dir = directory
+        self.pid = os.getpid()
+        self.owner = not _is_xdist_worker(config)  # writes the journal (xdist: the controller)
+        self.runs_tests = not _is_xdist_controller(config)
+        self.fault_file: IO[str] | None = None
+        self.selected_written = False
+        self.poisoned: str | None = None  # a sticky CUDA error a test left in this process
+        only = os.environ.get(ONLY_ENV)
+        self.only = frozenset(json.loads(Path(only).read_text(encoding="utf-8"))) if only else None
+
+    def _journal(self, entry: dict[str, Any]) -> None:
+        if self.owner and os.getpid() == self.pid:
+            crash_record.append_line(self.dir / crash_record.JOURNAL, entry)
+
+    @pytest.hookimpl(trylast=True)  # after the tracker's: its start and results dir are set
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        for sub in (crash_record.RUNNING, crash_record.FAULTS):
+            (self.dir / sub).mkdir(parents=True, exist_ok=True)
+        if self.runs_tests:
+            # Kept open for the life of the process: faulthandler writes to its descriptor.
+            self.fault_file = open(crash_record.fault_path(self.dir, self.pid), "w", encoding="utf-8")  # noqa: SIM115
+            faulthandler.enable(file=self.fault_file, all_threads=True)
+            if signal.getsignal(DUMP_SIGNAL) == signal.SIG_DFL:
+                faulthandler.register(DUMP_SIGNAL, file=self.fault_file, all_threads=True)
+        carried = os.environ.get(CARRIED_ENV)
+        if carried and self.owner:
+            tracker.carry_in(self.config, crash_record.Carried.read(Path(carried)))
+        self._journal({"session": tracker.session_line(self.config)})
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        if self.only is None:
+            return
+        keep = [item for item in items if item.nodeid in self.only]
+        dropped = [item for item in items if item.nodeid not in self.only]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = keep
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if not _is_xdist_worker(self.config):
+            self._journal({"selected": [item.nodeid for item in session.items]})
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        if not self.selected_written:  # every worker collects the same
+            self.selected_written = True
+            self._journal({"selected": list(ids)})
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, Any, Any]:
+        global _CURRENT
+        crumb = crash_record.Breadcrumb(
+            item.nodeid, tracker.test_key(self.config, item.nodeid), os.getpid(), time.time()
+        )
+        _CURRENT = (self.dir, crumb)
+        crash_record.write_breadcrumb(self.dir, crumb)
+        try:
+            result = yield
+        finally:
+            if os.getpid() == crumb.pid:  # not in a child the test forked
+                _CURRENT = None
+                crash_record.clear_breadcrumb(self.dir, crumb.pid)
+        if self.poisoned is not None and nextitem is not None and self.owner:
+            # Every later CUDA call of this process would fail: the supervisor goes on with the
+            # tests not run yet in a fresh one (its journal says why this process ends).
+            self._journal({"fresh_process": item.nodeid, "cause": self.poisoned})
+            os._exit(FRESH_PROCESS_EXIT)
+        return result
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+        report = yield
+        error = crash_record.sticky_cuda_error(str(call.excinfo.value)) if call.excinfo is not None else None
+        if error is not None and self.poisoned is None:
+            self.poisoned = error
+            fresh = "the run goes on in a fresh process" if self.owner else "under -n the worker keeps it"
+            report.testharness_crash = {
+                "cause": f"{error}: the CUDA context of the test process is unusable after it ({fresh})",
+                "stack": crash_record.clip(str(report.longreprtext)),
+            }
+        return report
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> Generator[None, None, None]:
+        if self.owner and report.when not in ("setup", "call", "teardown"):
+            crash = self._worker_crash(report.nodeid)  # xdist: its worker died
+            report.testharness_crash = crash  # type: ignore[attr-defined]  # the tracker records it
+        yield
+        if report.when == "teardown" or report.when not in ("setup", "call"):
+            line = tracker.finished_line(self.config, report.nodeid)
+            if line is not None:
+                self._journal(line)
+
+    def _worker_crash(self, nodeid: str) -> dict[str, str]:
+        """Why the worker running `nodeid` died: the supervisor's verdict (it killed the worker
+        stuck past its deadline), else the fatal error its faulthandler wrote, if any."""
+        crumb = next((c for c in crash_record.read_breadcrumbs(self.dir) if c.nodeid == nodeid), None)
+        if crumb is None:
+            return {"cause": "its xdist worker died", "stack": ""}
+        crash_record.clear_breadcrumb(self.dir, crumb.pid)  # blamed once: the worker is gone
+        verdict = crash_record.read_verdict(self.dir, crumb.pid)
+        if verdict is not None and verdict["nodeid"] == nodeid:
+            return {"cause": verdict["cause"], "stack": verdict["stack"]}
+        stack = crash_record.read_fault(self.dir, crumb.pid)
+        fatal = crash_record.fault_cause(stack)
+        cause = f"its xdist worker died: {fatal}" if fatal else "its xdist worker died (os._exit, or killed)"
+        return {"cause": cause, "stack": stack}
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        # A test an earlier round lost with its process failed this run.
+        carried = os.environ.get(CARRIED_ENV)
+        if carried and self.owner and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+            if crash_record.Carried.read(Path(carried)).failed():
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
