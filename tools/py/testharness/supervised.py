@@ -100,15 +100,22 @@ class _Supervised:
             tracker.carry_in(self.config, crash_record.Carried.read(Path(carried)))
         self._journal({"session": tracker.session_line(self.config)})
 
-    @pytest.hookimpl(trylast=True)
-    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The outermost wrapper (registered after sharding's, also tryfirst): it filters after every
+    # other plugin's selection, so --shard plans its shard over the whole selection, as the
+    # first round did.
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_collection_modifyitems(
+        self, config: pytest.Config, items: list[pytest.Item]
+    ) -> Generator[None, None, None]:
+        result = yield
         if self.only is None:
-            return
+            return result
         keep = [item for item in items if item.nodeid in self.only]
         dropped = [item for item in items if item.nodeid not in self.only]
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = keep
+        return result
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         if not _is_xdist_worker(self.config):

@@ -154,6 +154,32 @@ def test_after_a_sticky_cuda_error_the_run_goes_on_in_a_fresh_process(tmp_path: 
     assert len(_dated(root)) == 1
 
 
+SHARDED = """
+import os
+import pytest
+
+@pytest.mark.parametrize("i", range(8))
+def test_s(i, request):
+    if os.environ.get("CRASH_AT") == request.node.nodeid:
+        os._exit(0)
+"""
+
+
+def test_a_shard_goes_on_with_its_own_tests_only(tmp_path: Path) -> None:
+    # The continuation filters after --shard has planned the shard over the whole selection.
+    root = _project(tmp_path, {"tests/test_sharded.py": SHARDED})
+    assert _run_unit(root, "--shard", "1/2").returncode == 0
+    shard = list(read_results(root)["tests"])
+    assert 0 < len(shard) < 8
+    env = {**run_env(root), "CRASH_AT": shard[0]}
+    proc = subprocess.run(["bash", str(RUN_UNIT), "-p", "no:randomly", "--shard", "1/2"], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    doc = read_results(root)
+    assert list(doc["tests"]) == shard and doc["shard"] == "1/2"
+    assert [t["outcome"] for t in doc["tests"].values()] == ["failed"] + ["passed"] * (len(shard) - 1)
+
+
 def test_with_x_the_run_stops_at_the_crash(tmp_path: Path) -> None:
     root = _project(tmp_path, {"tests/test_x.py": "import os\n\ndef test_a(): pass\n\ndef test_b(): os._exit(0)\n\n"
                                                  "def test_c(): pass\n"})  # fmt: skip
