@@ -35,6 +35,14 @@ from typing import Any
 from testharness.atomic_io import hidden_temp_beside, write_json_atomic
 from testharness.results import MEMORY_RANK
 
+# What run_unit's supervisor tells the pytest it starts (no pytest import here: run_unit's
+# --help needs neither pytest nor Ray).
+SUPERVISE_DIR_ENV = "TESTHARNESS_SUPERVISE_DIR"  # the directory of these files
+ONLY_ENV = "TESTHARNESS_ONLY_TESTS"  # a JSON list: the node ids a continuation runs
+CARRIED_ENV = "TESTHARNESS_CARRIED"  # what the earlier rounds recorded (Carried)
+SUMMARY_FILE_ENV = "TESTHARNESS_SUMMARY_FILE"  # how the session ended (the tracker writes it)
+DUMP_SIGNAL = signal.SIGUSR2  # faulthandler dumps the stacks on it
+
 JOURNAL = "journal.jsonl"
 RUNNING = "running"
 FAULTS = "faults"

@@ -28,11 +28,8 @@ from typing import IO, Any
 import pytest
 
 from testharness import crash_record, tracker
+from testharness.crash_record import CARRIED_ENV, DUMP_SIGNAL, ONLY_ENV, SUPERVISE_DIR_ENV
 
-SUPERVISE_DIR_ENV = "TESTHARNESS_SUPERVISE_DIR"
-ONLY_ENV = "TESTHARNESS_ONLY_TESTS"
-CARRIED_ENV = "TESTHARNESS_CARRIED"
-DUMP_SIGNAL = signal.SIGUSR2
 FRESH_PROCESS_EXIT = 75  # ends a process whose CUDA context a test made unusable (EX_TEMPFAIL)
 
 # One test at a time per process: the breadcrumb in progress, for set_deadline.

@@ -30,9 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from testharness import crash_record, results
-from testharness.crash_record import Carried
-from testharness.supervised import CARRIED_ENV, DUMP_SIGNAL, ONLY_ENV, SUPERVISE_DIR_ENV
-from testharness.tracker import SUMMARY_FILE_ENV
+from testharness.crash_record import (
+    CARRIED_ENV,
+    DUMP_SIGNAL,
+    ONLY_ENV,
+    SUMMARY_FILE_ENV,
+    SUPERVISE_DIR_ENV,
+    Carried,
+)
 
 GRACE_S = 5.0  # past a watchdog's deadline: it would have run by now, were it able to
 POLL_S = 0.5
@@ -98,6 +103,8 @@ def supervise(cmd: list[str], env: dict[str, str], tmp: Path) -> Outcome:
             return Outcome(code, stopped_by, summary)  # pytest ended its session, or we were stopped
         sweep_ray_of(rnd.main_pid, rnd.born)
         journal = crash_record.read_journal(rnd.directory)
+        if not journal.session:
+            return Outcome(code, None, None)  # no session started: pytest refused its arguments or config
         carried.add_journal(journal)
         dead = _blame(rnd, journal, code, carried)
         if journal.selected is None:

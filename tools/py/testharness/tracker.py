@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 
 from testharness import gpu, results
-from testharness.crash_record import Carried
+from testharness.crash_record import SUMMARY_FILE_ENV, Carried  # the summary: run_unit reads it
 from testharness.settings import (
     Settings,
     SettingsError,
@@ -42,7 +42,6 @@ from testharness.settings import (
 )
 
 RESULTS_DIR_ENV = "TESTHARNESS_RESULTS_DIR"
-SUMMARY_FILE_ENV = "TESTHARNESS_SUMMARY_FILE"  # set by run_unit.sh to learn what was collected
 
 
 @dataclass
