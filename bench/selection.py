@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools" / "py"))
 
 from testharness.remote_select import store  # noqa: E402
-from testharness.remote_select.config import SelectConfig, load_config  # noqa: E402
+from testharness.remote_select.config import SelectConfig, select_config  # noqa: E402
 from testharness.remote_select.engine import RemoteSelector  # noqa: E402
 from testharness.settings import load_settings  # noqa: E402
 from testharness.state_files import SQLITE_SIDE_FILES  # noqa: E402
@@ -479,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
     mut = None
     note = ""
     if not args.skip_mutants:
-        cfg = load_config(ROOT, testpaths=args.tests)
+        cfg = select_config(load_settings(ROOT))
         if not cfg.source_packages:
             print("selection bench: [tool.testharness] source_packages is not set; skipping mutants", file=sys.stderr)
         else:

@@ -40,7 +40,7 @@ from typing import Any
 import pytest
 
 from testharness import real_ray
-from testharness.settings import is_configured
+from testharness.contract import get_extra, put_extra, settings_of
 
 HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 SAME_EVENT_S = 1.0  # a repeat within this window is one event delivered twice
@@ -205,7 +205,7 @@ def pytest_configure(config: pytest.Config) -> None:
     global _GUARD, _OWNER_PID
     if _GUARD is not None or not _in_main_thread():
         return  # an inner pytester run: the outer session owns signals and the sweep
-    if not is_configured(config.rootpath):
+    if not settings_of(config).configured:
         return  # merely installed (no [tool.testharness]): the project's signals, its processes
     _GUARD = _Guard()
     _GUARD.install()
@@ -213,9 +213,14 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_OWNER] = True
 
 
-def _reassert() -> None:
+def reassert_signal_handlers() -> None:
+    """Put the harness's stop-signal handlers back if another handler replaced them (xdist's
+    controller installs its own as it starts the workers): testharness.parallel calls it."""
     if _GUARD is not None:
         _GUARD.assert_installed()
+
+
+_reassert = reassert_signal_handlers
 
 
 @pytest.hookimpl(wrapper=True)
@@ -223,12 +228,12 @@ def pytest_fixture_setup() -> Generator[None, Any, Any]:
     try:
         return (yield)
     finally:
-        _reassert()
+        reassert_signal_handlers()
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
-    _reassert()
+    reassert_signal_handlers()
     error = call.excinfo.value if call.excinfo is not None else None
     # Ray's SIGTERM handler (installed by a ray.init() inside the test body) exits the test with
     # SystemExit(SIGTERM): that is our stop signal, not a test failure.
@@ -239,7 +244,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             raise Interrupted("SIGTERM")
     report = yield
     if _in_forked_child():  # ended in pytest_runtest_logreport, with the status it asked for
-        report.testharness_child_exit = _child_exit_code(error)
+        put_extra(report, "testharness_child_exit", _child_exit_code(error))
     return report
 
 
@@ -248,12 +253,17 @@ def pytest_runtest_logstart(nodeid: str) -> None:
     _RUNNING = nodeid
 
 
+def _child_exit(report: pytest.TestReport) -> int:
+    code = get_extra(report, "testharness_child_exit")
+    return code if isinstance(code, int) else (1 if report.failed else 0)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     # The first hook after a test phase that a forked child reaches, and before the teardown;
     # pytest-forked's child makes its report without logging it, and is left to do so.
     if _in_forked_child():
-        _end_forked_child(report.nodeid, getattr(report, "testharness_child_exit", 1 if report.failed else 0))
+        _end_forked_child(report.nodeid, _child_exit(report))
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -28,9 +28,10 @@ from collections.abc import Collection, Sequence
 import pytest
 
 from testharness import gpu
+from testharness.contract import settings_of
 from testharness.hf_cache import model_unavailable_reason
 from testharness.requirements import exclusive_conflict, missing_requirement
-from testharness.settings import MarkerGroup, SettingsError, load_settings
+from testharness.settings import MarkerGroup
 
 BUILTIN_MARKERS = (
     "run_first: run before every other test",
@@ -93,10 +94,7 @@ def _active(config: pytest.Config) -> set[str]:
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser) -> None:
     # The groups' options depend on the project's pyproject.toml, known (rootpath) only now;
     # options added here are still parsed with the command line.
-    try:
-        groups = load_settings(early_config.rootpath).marker_groups
-    except SettingsError as exc:
-        raise pytest.UsageError(str(exc)) from None
+    groups = settings_of(early_config).marker_groups
     early_config.stash[_GROUPS] = groups
     section = parser.getgroup("testharness-selection", "test harness (selection)")
     exclusive = [g.option for g in groups if g.exclusive]

@@ -28,6 +28,7 @@ from typing import IO, Any
 import pytest
 
 from testharness import crash_record, tracker
+from testharness.contract import is_xdist_controller, is_xdist_worker, put_extra
 from testharness.crash_record import CARRIED_ENV, DUMP_SIGNAL, ONLY_ENV, SUPERVISE_DIR_ENV
 
 FRESH_PROCESS_EXIT = 75  # ends a process whose CUDA context a test made unusable (EX_TEMPFAIL)
@@ -50,14 +51,6 @@ def set_deadline(seconds: float | None) -> None:
         crash_record.write_breadcrumb(directory, _CURRENT[1])
 
 
-def _is_xdist_worker(config: pytest.Config) -> bool:
-    return hasattr(config, "workerinput")
-
-
-def _is_xdist_controller(config: pytest.Config) -> bool:
-    return bool(getattr(config.option, "numprocesses", None)) and not _is_xdist_worker(config)
-
-
 @pytest.hookimpl(trylast=True)  # after the tracker's: its state is in the config
 def pytest_configure(config: pytest.Config) -> None:
     directory = os.environ.get(SUPERVISE_DIR_ENV)
@@ -70,8 +63,8 @@ class _Supervised:
         self.config = config
         self.dir = directory
         self.pid = os.getpid()
-        self.owner = not _is_xdist_worker(config)  # writes the journal (xdist: the controller)
-        self.runs_tests = not _is_xdist_controller(config)
+        self.owner = not is_xdist_worker(config)  # writes the journal (xdist: the controller)
+        self.runs_tests = not is_xdist_controller(config)
         self.fault_file: IO[str] | None = None
         self.selected_written = False
         self.poisoned: str | None = None  # a sticky CUDA error a test left in this process
@@ -115,7 +108,7 @@ class _Supervised:
         return result
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        if not _is_xdist_worker(self.config):
+        if not is_xdist_worker(self.config):
             self._journal({"selected": [item.nodeid for item in session.items]})
 
     @pytest.hookimpl(optionalhook=True)
@@ -152,17 +145,16 @@ class _Supervised:
         if error is not None and self.poisoned is None:
             self.poisoned = error
             fresh = "the run goes on in a fresh process" if self.owner else "under -n the worker keeps it"
-            report.testharness_crash = {
-                "cause": f"{error}: the CUDA context of the test process is unusable after it ({fresh})",
-                "stack": crash_record.clip(str(report.longreprtext)),
-            }
+            cause = f"{error}: the CUDA context of the test process is unusable after it ({fresh})"
+            put_extra(
+                report, "testharness_crash", {"cause": cause, "stack": crash_record.clip(str(report.longreprtext))}
+            )
         return report
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> Generator[None, None, None]:
         if self.owner and report.when not in ("setup", "call", "teardown"):
-            crash = self._worker_crash(report.nodeid)  # xdist: its worker died
-            report.testharness_crash = crash  # type: ignore[attr-defined]  # the tracker records it
+            put_extra(report, "testharness_crash", self._worker_crash(report.nodeid))  # xdist: its worker died
         yield
         if report.when == "teardown" or report.when not in ("setup", "call"):
             line = tracker.finished_line(self.config, report.nodeid)

@@ -27,6 +27,8 @@ from typing import Any
 
 import pytest
 
+from testharness.contract import is_xdist_worker
+
 from .state_files import exclusive, recover_sqlite
 
 PREFIX = "testmon-data"
@@ -52,7 +54,7 @@ def _testmon_opens_its_file(config: pytest.Config) -> bool:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    if hasattr(config, "workerinput") or not _testmon_opens_its_file(config):
+    if is_xdist_worker(config) or not _testmon_opens_its_file(config):
         return
     path = datafile(config)
     if ENV in os.environ and path.is_dir():

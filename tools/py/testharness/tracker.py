@@ -33,13 +33,9 @@ from typing import Any
 import pytest
 
 from testharness import gpu, results
+from testharness.contract import get_extra, is_xdist_worker, put_extra, settings_of
 from testharness.crash_record import SUMMARY_FILE_ENV, Carried  # the summary: run_unit reads it
-from testharness.settings import (
-    Settings,
-    SettingsError,
-    load_settings,
-    session_in_scope,
-)
+from testharness.settings import Settings, session_in_scope
 
 RESULTS_DIR_ENV = "TESTHARNESS_RESULTS_DIR"
 
@@ -115,11 +111,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    try:
-        settings = load_settings(config.rootpath)
-    except SettingsError as exc:
-        raise pytest.UsageError(str(exc)) from None
-    state = _State(settings=settings)
+    state = _State(settings=settings_of(config))
     config.stash[_STATE] = state
     if getattr(config.option, "cov_source", None):  # run with --cov
         # Coverage follows Ray workers only when they run this interpreter and environment;
@@ -380,10 +372,6 @@ def _write_summary(session: pytest.Session, st: _State) -> None:
         print(f"testharness: could not write the run summary {path}: {exc}", file=sys.stderr)
 
 
-def _is_xdist_worker(config: pytest.Config) -> bool:
-    return hasattr(config, "workerinput")
-
-
 def _writes_results(config: pytest.Config) -> bool:
     """Runs that execute no test leave no record: they would only dilute the history."""
     return not (config.option.collectonly or config.getoption("shard_plan", False))
@@ -392,7 +380,7 @@ def _writes_results(config: pytest.Config) -> bool:
 def _owns_the_record(session: pytest.Session, st: _State) -> bool:
     """Only the session's own process writes: not an xdist worker (the controller sees every
     report, metrics ride on them, and writes once), nor a child a test forked."""
-    return not _is_xdist_worker(session.config) and os.getpid() == st.pid
+    return not is_xdist_worker(session.config) and os.getpid() == st.pid
 
 
 def _fail_write(session: pytest.Session, st: _State, reason: str) -> None:
@@ -547,20 +535,20 @@ class _Recorder:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
         report = yield
-        if call.when == "teardown" and _is_xdist_worker(item.config):
+        if call.when == "teardown" and is_xdist_worker(item.config):
             # Carried to the controller with the report (xdist serialises its attributes).
             with self.st.lock:  # a copy: a thread the test left running may still be tracking
                 metrics = self.st.metrics.get(self.st.key(item.nodeid))
-                report.testharness_metrics = dict(metrics) if metrics is not None else None
-            report.testharness_memory = [self.st.memory_source, sorted(self.st.gpu_names)]
+                put_extra(report, "testharness_metrics", dict(metrics) if metrics is not None else None)
+            put_extra(report, "testharness_memory", [self.st.memory_source, sorted(self.st.gpu_names)])
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         st = self.st
-        metrics = getattr(report, "testharness_metrics", None)
+        metrics = get_extra(report, "testharness_metrics")
         if isinstance(metrics, dict):  # from an xdist worker (in the worker: the same dict)
             st.metrics[st.key(report.nodeid)] = metrics
-        memory = getattr(report, "testharness_memory", None)
+        memory = get_extra(report, "testharness_memory")
         if isinstance(memory, list) and len(memory) == 2:  # what the worker's get_max_mem saw
             source, names = memory
             if results.MEMORY_RANK.get(source, 0) > results.MEMORY_RANK.get(st.memory_source, 0):
@@ -569,7 +557,7 @@ class _Recorder:
         # leaks, hang: set by testharness.hygiene (xdist carries them); crash: by
         # testharness.supervised on the report of a test that killed its xdist worker
         for name in ("leaks", "hang", "crash"):
-            value = getattr(report, f"testharness_{name}", None)
+            value = get_extra(report, f"testharness_{name}")
             if value:
                 extra = st.hygiene.setdefault(report.nodeid, {})
                 extra[name] = [*extra.get(name, []), *value] if name == "leaks" else value

@@ -11,7 +11,7 @@ import pytest
 
 from testharness.remote_select import graph as graph_mod
 from testharness.remote_select import store
-from testharness.remote_select.config import ConfigError, SelectConfig, load_config
+from testharness.remote_select.config import SelectConfig, select_config
 from testharness.remote_select.engine import RemoteSelector
 from testharness.remote_select.graph import (
     build_graph,
@@ -20,6 +20,7 @@ from testharness.remote_select.graph import (
     scan_files,
 )
 from testharness.remote_select.records import SentModule, format_ref
+from testharness.settings import SettingsError, load_settings
 
 CFG = SelectConfig(source_packages=("pkg",), source_roots=("",), test_roots=("tests",))
 MAP_NAME, STATE_NAME = ".sel_map.json", ".sel_state.json"  # [tool.testharness] remote_*_file
@@ -224,25 +225,25 @@ def test_explain_cli_prints_a_closure(
 )
 def test_config_errors_are_one_line(tmp_path: Path, text: str, message: str) -> None:
     (tmp_path / "pyproject.toml").write_text(text)
-    with pytest.raises(ConfigError, match=message) as info:
-        load_config(tmp_path)
+    with pytest.raises(SettingsError, match=message) as info:
+        load_settings(tmp_path)
     assert "\n" not in str(info.value)
 
 
 def test_config_defaults_and_fallbacks(tmp_path: Path) -> None:
-    assert load_config(tmp_path).source_packages == ()
-    assert load_config(tmp_path).test_roots == ("tests",)  # settings.DEFAULT_TEST_ROOTS
+    assert select_config(load_settings(tmp_path)).source_packages == ()
+    assert select_config(load_settings(tmp_path)).test_roots == ("tests",)  # settings.DEFAULT_TEST_ROOTS
     (tmp_path / "pyproject.toml").write_text(
         "[tool.testharness]\nsource_packages = ['pkg']\n[tool.pytest.ini_options]\ntestpaths = ['tests/unit']\n"
     )
-    cfg = load_config(tmp_path)
+    cfg = select_config(load_settings(tmp_path))
     assert cfg.source_packages == ("pkg",)
     assert cfg.source_roots == ("",) and cfg.test_roots == ("tests/unit",)  # pytest's testpaths
     (tmp_path / "pyproject.toml").write_text(
         "[tool.testharness]\nsource_packages = ['x']\nsource_roots = ['src']\ntest_roots = ['t']\n"
         "[tool.pytest.ini_options]\ntestpaths = ['ignored']\n"
     )
-    cfg = load_config(tmp_path)
+    cfg = select_config(load_settings(tmp_path))
     assert cfg.source_roots == ("src",) and cfg.test_roots == ("t",)
 
 

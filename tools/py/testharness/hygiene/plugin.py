@@ -42,8 +42,9 @@ from typing import Any
 import pytest
 
 from testharness import supervised
+from testharness.contract import get_extra, put_extra, settings_of
 from testharness.hygiene import core, hang, probe
-from testharness.settings import Hygiene, SettingsError, load_settings
+from testharness.settings import Hygiene
 
 DIAGNOSIS_WAIT_S = 120.0  # the test's end waits this long for a fired watchdog's diagnosis
 DIAGNOSIS_BUDGET_S = DIAGNOSIS_WAIT_S + 30.0  # the supervisor's deadline once the watchdog runs
@@ -79,10 +80,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    try:
-        loaded = load_settings(config.rootpath)
-    except SettingsError as exc:
-        raise pytest.UsageError(str(exc)) from None
+    loaded = settings_of(config)
     if not loaded.configured and not config.getoption("fail_on_leak", None):
         return  # merely installed (no [tool.testharness]): no check, no watchdog, pytest-timeout's own
     settings = loaded.hygiene
@@ -285,18 +283,18 @@ class _Hygiene:
                 object.__setattr__(call, "excinfo", pytest.ExceptionInfo.from_exception(failure))
         report = yield
         if rewrite and diagnosis is not None:
-            report.testharness_hang = diagnosis.record
+            put_extra(report, "testharness_hang", diagnosis.record)
             report.sections.append(("hang diagnosis (stacks)", diagnosis.text))
             if original is not None:
                 report.sections.append(("error after the timeout", f"{original.typename}: {original.value}"))
         if call.when == "teardown":
             leaks = item.stash.get(_LEAKS, [])
             if leaks:
-                report.testharness_leaks = [leak.as_json() for leak in leaks]
+                put_extra(report, "testharness_leaks", [leak.as_json() for leak in leaks])
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        for entry in getattr(report, "testharness_leaks", None) or []:
+        for entry in get_extra(report, "testharness_leaks") or []:
             leak = core.Leak.from_json(entry)
             if leak is not None:
                 self.leaks_by_test.setdefault(report.nodeid, []).append(leak)

@@ -17,7 +17,7 @@ from typing import NoReturn
 
 from testharness.settings import SettingsError, load_settings
 
-from .config import ConfigError, load_config
+from .config import select_config
 from .graph import build_graph, hash_files, parse_refs, scan_files
 from .records import format_reach
 from .store import load_state
@@ -33,11 +33,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     root: Path = (args.root or Path.cwd()).resolve()
     try:
-        cfg = load_config(root)
-        state_file = load_settings(root).remote_state_file
-    except (ConfigError, SettingsError) as exc:
+        settings = load_settings(root)
+    except SettingsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    cfg, state_file = select_config(settings), settings.remote_state_file
     if not cfg.source_packages:
         print(f"error: [tool.testharness] source_packages is not set in {root / 'pyproject.toml'}", file=sys.stderr)
         return 2

@@ -1,4 +1,4 @@
-"""What remote-aware selection needs from `[tool.testharness]`, read through `load_settings`.
+"""What remote-aware selection needs from `[tool.testharness]` (the project's Settings).
 
 The keys and their defaults are settings.py's (one loader, one error policy):
   source_packages = ["nemo_rl"]    top-level packages whose files form the import graph;
@@ -13,9 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from testharness.settings import SettingsError, load_settings
-
-ConfigError = SettingsError  # kept for callers that catch it by this name
+from testharness.settings import Settings
 
 DEFAULT_TEST_PATTERNS = ("test_*.py", "*_test.py")  # pytest's python_files default
 
@@ -40,18 +38,9 @@ def _prefix(path: Path, root: Path) -> str:
     return "" if rel == "." else rel
 
 
-def load_config(
-    root: Path,
-    testpaths: list[str] | None = None,
-    test_patterns: list[str] | None = None,
-) -> SelectConfig:
-    """Selection settings of the project at `root`; raises ConfigError (one line) on bad input.
-
-    `test_patterns` is pytest's `python_files`. `testpaths` is accepted for old callers and
-    not used: the test roots default to pytest's testpaths in load_settings, the one place.
-    """
-    del testpaths
-    settings = load_settings(root)
+def select_config(settings: Settings, test_patterns: list[str] | None = None) -> SelectConfig:
+    """Selection settings from the project's Settings; `test_patterns` is pytest's `python_files`."""
+    root = settings.root
     return SelectConfig(
         source_packages=settings.source_packages,
         source_roots=tuple(_prefix(p, root) for p in settings.source_roots),

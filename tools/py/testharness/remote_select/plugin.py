@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
-from testharness.settings import SettingsError, load_settings
+from testharness.contract import get_extra, is_xdist_worker, put_extra, settings_of
 
-from .config import ConfigError, load_config
+from .config import select_config
 from .engine import OK_OUTCOMES, Plan, RemoteSelector, describe, test_file_of
 from .reach import ReachRecorder
 from .store import StateFiles
@@ -58,7 +58,7 @@ class RemoteSelectSession:
         self.collected: dict[str, list[str]] = {}
         self.recorder = ReachRecorder(str(config.rootpath))
         # Under xdist only the controller sees every report and may write the files.
-        self.writer = not hasattr(config, "workerinput")
+        self.writer = not is_xdist_worker(config)
 
     def start(self) -> None:
         if self.selector is None:
@@ -116,7 +116,7 @@ class RemoteSelectSession:
         report = yield
         if call.when == "teardown":
             self.recorder.settle()  # what the test's calls ran in traced actors
-            report.remote_reach = self.recorder.reach_of(item.nodeid, getattr(item, "fixturenames", ()))
+            put_extra(report, "remote_reach", self.recorder.reach_of(item.nodeid, getattr(item, "fixturenames", ())))
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -133,7 +133,7 @@ class RemoteSelectSession:
         if report.when == "teardown":
             # Only a completed protocol counts: Ctrl-C mid-test leaves no teardown report.
             self.outcomes[nodeid] = status
-            self.reaches[nodeid] = getattr(report, "remote_reach", None)
+            self.reaches[nodeid] = get_extra(report, "remote_reach")
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -156,21 +156,15 @@ def pytest_configure(config: pytest.Config) -> None:
     root = Path(str(config.rootpath))
     lines: list[str] = []
     selector: RemoteSelector | None = None
-    try:
-        testpaths = list(config.getini("testpaths") or [])
-        patterns = list(config.getini("python_files") or [])
-        cfg = load_config(root, testpaths=testpaths, test_patterns=patterns)
-        files = StateFiles.of(load_settings(root))
-    except (ConfigError, SettingsError) as exc:
-        lines.append(f"{PREFIX}: warning: {exc}; remote-aware selection is off")
+    settings = settings_of(config)  # a malformed table already stopped the run (UsageError)
+    cfg = select_config(settings, list(config.getini("python_files") or []))
+    if not cfg.source_packages:
+        lines.append(
+            f"{PREFIX}: warning: [tool.testharness] source_packages is not set in pyproject.toml; "
+            "remote-aware selection is off"
+        )
     else:
-        if not cfg.source_packages:
-            lines.append(
-                f"{PREFIX}: warning: [tool.testharness] source_packages is not set in pyproject.toml; "
-                "remote-aware selection is off"
-            )
-        else:
-            selector = RemoteSelector(root, cfg, files)
+        selector = RemoteSelector(root, cfg, StateFiles.of(settings))
     session = RemoteSelectSession(config, testmon, selector, lines)
     config.pluginmanager.register(session, "testharness-remote-select")
     session.start()

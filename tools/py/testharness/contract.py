@@ -1,0 +1,72 @@
+"""What the harness's pytest plugins share, written down once.
+
+Each feature is a plugin module of its own (testharness.plugin lists them); they meet only
+through what this module declares:
+
+- **Settings**: `[tool.testharness]` is read once per pytest config (`settings_of`, kept in the
+  config's stash): the first plugin that asks reads it (selection, in
+  `pytest_load_initial_conftests`, to add the marker groups' options), every other gets the
+  same object. A malformed table is a `pytest.UsageError`: one `ERROR:` line, exit 4, before
+  collection. `configured` says whether the table exists at all: where the harness is merely
+  installed, the plugins keep out of the way (no Ray cluster for -n, no results file, no
+  hygiene, no signal takeover).
+- **xdist roles**: `is_xdist_worker` (a process that runs tests for a controller) and
+  `is_xdist_controller` (the process that runs `pytest -n N`, which runs no test itself).
+- **Report extras**: what a plugin hangs on a test report for another plugin (and, from an
+  xdist worker, for the controller: xdist serialises a report's attributes), named only from
+  `EXTRAS` through `put_extra` / `get_extra`.
+- **Signals**: `parallel` re-asserts the harness's signal handlers after xdist set its own,
+  through `interrupts.reassert_signal_handlers()`.
+
+Who sets and reads each extra, and the order the plugins' hooks run in (and why): the tables
+of docs/harness-map.md, which a change to a `tryfirst`/`trylast`/`wrapper` updates.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import pytest
+
+from testharness.settings import Settings, SettingsError, load_settings
+
+_SETTINGS = pytest.StashKey[Settings]()
+
+EXTRAS: Final = frozenset({
+    "testharness_metrics", "testharness_memory", "testharness_leaks", "testharness_hang",
+    "testharness_crash", "testharness_child_exit", "remote_reach",
+})  # fmt: skip
+
+
+def settings_of(config: pytest.Config) -> Settings:
+    """`[tool.testharness]` of the project pytest runs in, read once per config."""
+    settings = config.stash.get(_SETTINGS, None)
+    if settings is None:
+        try:
+            settings = load_settings(config.rootpath)
+        except SettingsError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        config.stash[_SETTINGS] = settings
+    return settings
+
+
+def is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def is_xdist_controller(config: pytest.Config) -> bool:
+    return bool(getattr(config.option, "numprocesses", None)) and not is_xdist_worker(config)
+
+
+def put_extra(report: pytest.TestReport | pytest.CollectReport, name: str, value: Any) -> None:
+    """Hang `value` on `report` as the extra `name` (one of EXTRAS)."""
+    if name not in EXTRAS:
+        raise KeyError(f"{name!r} is not a declared report extra (testharness.contract.EXTRAS)")
+    setattr(report, name, value)
+
+
+def get_extra(report: pytest.TestReport | pytest.CollectReport, name: str) -> Any:
+    """The extra `name` (one of EXTRAS) of `report`, None when no plugin set it."""
+    if name not in EXTRAS:
+        raise KeyError(f"{name!r} is not a declared report extra (testharness.contract.EXTRAS)")
+    return getattr(report, name, None)
