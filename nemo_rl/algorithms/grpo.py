@@ -24,11 +24,10 @@ from nemo_rl.algorithms.utils import (
 from nemo_rl.data.datasets import MathProblem, batches, load_math_dataset
 from nemo_rl.data.tokenize import pad_batch, prompt_ids
 from nemo_rl.distributed.ray_cluster import init_ray
-from nemo_rl.distributed.virtual_cluster import cluster_from_config
 from nemo_rl.environments.math_environment import MathEnvironment
 from nemo_rl.models.generation.interfaces import GenerationConfig, GenerationOutput
 from nemo_rl.models.policy.interfaces import PolicyConfig
-from nemo_rl.models.policy.policy import Policy
+from nemo_rl.models.policy.policy import Policy, start_policy
 from nemo_rl.utils.checkpoint import CheckpointManager
 from nemo_rl.utils.logger import Logger, LoggerConfig
 
@@ -134,8 +133,9 @@ def grpo_train(cfg: GRPOMasterConfig) -> dict[str, float]:
     tokenizer = AutoTokenizer.from_pretrained(pcfg["model_name"])
     train_data = load_math_dataset(cfg["data"]["train_path"])
     val_data = load_math_dataset(cfg["data"]["val_path"])[: g["val_num_prompts"]]
-    cluster = cluster_from_config(cfg["cluster"]["num_workers"], cfg["cluster"]["gpus_per_worker"])
-    policy = Policy(pcfg, cluster, init_reference_model=lcfg["kl_coef"] > 0)
+    policy = start_policy(
+        pcfg, cfg["cluster"]["num_workers"], cfg["cluster"]["gpus_per_worker"], init_reference_model=lcfg["kl_coef"] > 0
+    )
     env = MathEnvironment(cfg["env"]["num_workers"])
     logger = Logger(cfg["logger"])
     ckpt = CheckpointManager(ckpt_cfg["checkpoint_dir"], ckpt_cfg["keep_top_k"])

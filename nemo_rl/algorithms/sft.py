@@ -19,9 +19,8 @@ from nemo_rl.algorithms.utils import (
 from nemo_rl.data.datasets import Message, batches, load_chat_dataset
 from nemo_rl.data.tokenize import sft_batch
 from nemo_rl.distributed.ray_cluster import init_ray
-from nemo_rl.distributed.virtual_cluster import cluster_from_config
 from nemo_rl.models.policy.interfaces import PolicyConfig
-from nemo_rl.models.policy.policy import Policy
+from nemo_rl.models.policy.policy import Policy, start_policy
 from nemo_rl.utils.checkpoint import CheckpointManager
 from nemo_rl.utils.logger import Logger, LoggerConfig
 
@@ -70,8 +69,7 @@ def sft_train(cfg: SFTMasterConfig) -> dict[str, float]:
     tokenizer = AutoTokenizer.from_pretrained(pcfg["model_name"])
     train_data = load_chat_dataset(cfg["data"]["train_path"])
     val_data = load_chat_dataset(cfg["data"]["val_path"])
-    cluster = cluster_from_config(cfg["cluster"]["num_workers"], cfg["cluster"]["gpus_per_worker"])
-    policy = Policy(pcfg, cluster)
+    policy = start_policy(pcfg, cfg["cluster"]["num_workers"], cfg["cluster"]["gpus_per_worker"])
     logger = Logger(cfg["logger"])
     ckpt = CheckpointManager(ckpt_cfg["checkpoint_dir"], ckpt_cfg["keep_top_k"])
     try:

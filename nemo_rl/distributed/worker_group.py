@@ -161,6 +161,9 @@ def init_distributed() -> None:
 
     if dist.is_initialized():
         return
+    if "MASTER_PORT" not in os.environ and os.environ.get("WORLD_SIZE") == "1":  # a group of one
+        os.environ["MASTER_ADDR"] = "127.0.0.1"
+        os.environ["MASTER_PORT"] = str(free_port(rendezvous_ports(_ephemeral_range())))
     # A CPU worker on a GPU machine still sees CUDA; what counts is whether Ray gave it a GPU.
     if ray.get_gpu_ids() and torch.cuda.is_available():
         torch.cuda.set_device(0)  # Ray sets CUDA_VISIBLE_DEVICES to this worker's GPU
@@ -195,31 +198,17 @@ class RayWorkerGroup:
         """Choose rank 0's port, start one actor per bundle, wait until all are ready."""
         pg = self.cluster.placement_group
         timeout = ray_wait_timeout_s()
-        address_ref = _rendezvous_address.options(
-            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0)
-        ).remote()
-        try:
-            master_addr, master_port = ray.get(address_ref, timeout=timeout)
-        except ray.exceptions.GetTimeoutError:
-            ray.cancel(address_ref, force=True)
-            raise RayWaitTimeout(
-                f"task _rendezvous_address (picks rank 0's port) did not run within {timeout:g} s "
-                f"(free now: {_free_resources()}); set {WAIT_TIMEOUT_ENV} to wait longer"
-            ) from None
         world = self.cluster.num_workers
         base_env = {k: os.environ[k] for k in _FORWARDED_ENV if k in os.environ}
         base_env.update(env_vars or {})
+        if world > 1:  # the others must know rank 0's address before they start; a group of
+            # one picks its own port in init_distributed (no task, so no extra worker process)
+            master_addr, master_port = self._rendezvous(pg, timeout)
+            base_env.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
         remote_cls: Any = ray.remote(cls)
         self.workers = []
         for rank in range(world):
-            env = dict(
-                base_env,
-                RANK=str(rank),
-                WORLD_SIZE=str(world),
-                LOCAL_RANK="0",
-                MASTER_ADDR=str(master_addr),
-                MASTER_PORT=str(master_port),
-            )
+            env = dict(base_env, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK="0")
             self.workers.append(
                 remote_cls.options(
                     num_cpus=self.cluster.cpus_per_worker,
@@ -235,6 +224,22 @@ class RayWorkerGroup:
                 ray.kill(worker, no_restart=True)
             self.workers = []
             raise
+
+    @staticmethod
+    def _rendezvous(pg: Any, timeout: float) -> tuple[str, int]:
+        """Rank 0's address: a free port on the node of bundle 0, picked by a task there."""
+        address_ref = _rendezvous_address.options(
+            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0)
+        ).remote()
+        try:
+            master_addr, master_port = ray.get(address_ref, timeout=timeout)
+        except ray.exceptions.GetTimeoutError:
+            ray.cancel(address_ref, force=True)
+            raise RayWaitTimeout(
+                f"task _rendezvous_address (picks rank 0's port) did not run within {timeout:g} s "
+                f"(free now: {_free_resources()}); set {WAIT_TIMEOUT_ENV} to wait longer"
+            ) from None
+        return str(master_addr), int(master_port)
 
     @property
     def world_size(self) -> int:

@@ -13,6 +13,7 @@ from typing import Any
 
 import ray
 
+from nemo_rl.distributed.reuse import keep, take
 from nemo_rl.distributed.worker_group import terminate_actors
 
 # math-verify warns on every call made without its signal-based timeout (we bound input size instead).
@@ -88,6 +89,11 @@ class MathEnvironment:
     """Driver-side handle: splits a batch over `num_workers` scoring actors."""
 
     def __init__(self, num_workers: int = 1) -> None:
+        self._key = ("math environment", max(1, num_workers))
+        kept = take(self._key)  # inside reuse_workers(): a previous run's actors (they hold no state)
+        if kept is not None:
+            self.workers: list[Any] = kept[0]
+            return
         actor: Any = ray.remote(num_cpus=0)(MathVerifierWorker)
         self.workers = [actor.remote() for _ in range(max(1, num_workers))]
 
@@ -103,5 +109,7 @@ class MathEnvironment:
         return [s for part in ray.get(refs) for s in part]
 
     def shutdown(self) -> None:
-        terminate_actors(self.workers)
-        self.workers = []
+        workers, self.workers = self.workers, []
+        if workers and keep(self._key, workers, lambda: terminate_actors(workers)):
+            return
+        terminate_actors(workers)

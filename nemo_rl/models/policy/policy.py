@@ -9,8 +9,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from nemo_rl.distributed.virtual_cluster import RayVirtualCluster
-from nemo_rl.distributed.worker_group import RayWorkerGroup
+from nemo_rl.distributed.reuse import keep, take
+from nemo_rl.distributed.virtual_cluster import RayVirtualCluster, cluster_from_config
+from nemo_rl.distributed.worker_group import RayWorkerGroup, resolve_class
 from nemo_rl.models.generation.interfaces import GenerationConfig, GenerationOutput
 from nemo_rl.models.policy.interfaces import LossFunction, PolicyConfig
 
@@ -28,12 +29,16 @@ def shard_batch(batch: Mapping[str, Tensor], parts: int) -> list[dict[str, Tenso
     return [{k: v[i * size : (i + 1) * size] for k, v in batch.items()} for i in range(parts)]
 
 
+def worker_class(config: PolicyConfig) -> str:
+    """The dotted path of the policy worker `config` asks for."""
+    return MEGATRON_WORKER if config.get("megatron_cfg", {}).get("enabled", False) else DTENSOR_WORKER
+
+
 class Policy:
     def __init__(self, config: PolicyConfig, cluster: RayVirtualCluster, init_reference_model: bool = False) -> None:
         self.cfg = config
-        megatron = bool(config.get("megatron_cfg", {}).get("enabled", False))
-        worker = MEGATRON_WORKER if megatron else DTENSOR_WORKER
-        self.group = RayWorkerGroup(cluster, worker, config, init_reference_model=init_reference_model)
+        self.group = RayWorkerGroup(cluster, worker_class(config), config, init_reference_model=init_reference_model)
+        self._kept_as: tuple[str, str, int, str] | None = None
 
     @property
     def world_size(self) -> int:
@@ -77,4 +82,32 @@ class Policy:
         return int(self.group.run_all("load_checkpoint", str(Path(path).resolve()))[0])
 
     def shutdown(self) -> None:
+        """Stop the workers; inside `reuse_workers()` (see nemo_rl.distributed.reuse) a policy
+        that `start_policy` started keeps them for the next `start_policy` of its shape."""
+        if self._kept_as is not None and self.group.workers and keep(self._kept_as, self, self.group.shutdown):
+            return
         self.group.shutdown()
+
+
+def start_policy(
+    config: PolicyConfig, num_workers: int, gpus_per_worker: str | float, init_reference_model: bool = False
+) -> Policy:
+    """A Policy on `num_workers` workers (`gpus_per_worker`: a number or "auto", see
+    cluster_from_config). Inside `reuse_workers()`, on the workers a policy of the same shape
+    (worker class, number of workers, GPUs per worker) left: re-initialised for `config` by
+    their `reinit` (the state of new workers: the model loaded again, a new optimizer, step 0),
+    with no process to start and nothing to import again."""
+    key = ("policy", worker_class(config), num_workers, str(gpus_per_worker))
+    while (kept := take(key)) is not None:
+        policy, stop = kept
+        try:
+            policy.group.run_all("reinit", config, init_reference_model)
+        except Exception:  # noqa: BLE001  a kept worker that died or failed: stop it, start anew
+            stop()
+            continue
+        policy.cfg = config
+        return policy  # type: ignore[no-any-return]
+    policy = Policy(config, cluster_from_config(num_workers, gpus_per_worker), init_reference_model)
+    if hasattr(resolve_class(key[1]), "reinit"):  # workers that can be given a new run
+        policy._kept_as = key
+    return policy

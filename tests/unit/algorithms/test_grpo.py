@@ -1,7 +1,9 @@
 import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from nemo_rl.algorithms.grpo import default_config_path, group_advantages, grpo_train
 from nemo_rl.config import load_config
+from nemo_rl.distributed.reuse import reuse_workers
 from tests.unit.policy_helpers import one_worker_gpus
 
 
@@ -27,6 +29,10 @@ def test_group_advantages_reject_ragged_groups() -> None:
 
 
 def test_one_grpo_step_through_ray(ray_cluster, tiny_llama: str, tmp_path, tracker) -> None:
+    """Two GRPO steps (generation, rewards, reference logprobs, a clipped-PG update, validation,
+    a checkpoint), then a longer run that resumes from the checkpoint on disk at step 2. Both
+    runs share one policy worker (reuse_workers): the second re-initialises it from the model
+    folder before loading the checkpoint, as a new worker would, without a new process."""
     cfg = load_config(
         default_config_path(),
         [
@@ -44,22 +50,27 @@ def test_one_grpo_step_through_ray(ray_cluster, tiny_llama: str, tmp_path, track
             f"cluster.gpus_per_worker={one_worker_gpus()}",
         ],
     )
-    metrics = grpo_train(cfg)  # type: ignore[arg-type]
-    tracker.track("train_reward", metrics["train/reward"])
-    for key in (
-        "train/loss",
-        "train/reward",
-        "train/accuracy",
-        "train/kl",
-        "train/mean_gen_tokens",
-        "train/grad_norm",
-        "timing/generation_s",
-        "val/accuracy",
-    ):
-        assert key in metrics and torch.isfinite(torch.tensor(metrics[key])), key
-    assert 0 < metrics["train/mean_gen_tokens"] <= 6
-    assert (tmp_path / "ck" / "step_2" / "policy" / "hf" / "model.safetensors").is_file()
-    # Resume: a longer run picks up at step 2 from the checkpoint.
-    cfg["grpo"]["max_num_steps"] = 3
-    assert "train/loss" in grpo_train(cfg)  # type: ignore[arg-type]
+    with reuse_workers():
+        metrics = grpo_train(cfg)  # type: ignore[arg-type]
+        tracker.track("train_reward", metrics["train/reward"])
+        for key in (
+            "train/loss",
+            "train/reward",
+            "train/accuracy",
+            "train/kl",
+            "train/mean_gen_tokens",
+            "train/grad_norm",
+            "timing/generation_s",
+            "val/accuracy",
+        ):
+            assert key in metrics and torch.isfinite(torch.tensor(metrics[key])), key
+        assert 0 < metrics["train/mean_gen_tokens"] <= 6
+        assert (tmp_path / "ck" / "step_2" / "policy" / "hf" / "model.safetensors").is_file()
+        # Resume: a longer run picks up at step 2 from the checkpoint, and trains step 3 only.
+        cfg["grpo"]["max_num_steps"] = 3
+        cfg["logger"]["log_dir"] = str(tmp_path / "logs2")
+        assert "train/loss" in grpo_train(cfg)  # type: ignore[arg-type]
     assert (tmp_path / "ck" / "step_3").is_dir()
+    acc = EventAccumulator(str(tmp_path / "logs2"), size_guidance={"scalars": 0})
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("train/loss")] == [3]

@@ -24,11 +24,20 @@ from nemo_rl.models.policy.workers.base import PolicyWorkerBase, resolve_dtype, 
 
 class DTensorPolicyWorker(PolicyWorkerBase):
     def __init__(self, config: PolicyConfig, init_reference_model: bool = False) -> None:
+        init_distributed()
+        self.reinit(config, init_reference_model)
+
+    def reinit(self, config: PolicyConfig, init_reference_model: bool = False) -> None:
+        """Everything the constructor does once the process group is up: the state of a new
+        worker for `config` (seed, model loaded from `config["model_name"]`, a new optimizer and
+        scheduler, step 0). A kept worker is given a new run this way (start_policy inside
+        nemo_rl.distributed.reuse.reuse_workers), without a new process to start and torch /
+        transformers to import again."""
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        init_distributed()
+        self.model = self.reference_model = self.optimizer = None  # type: ignore[assignment]
         self.cfg = config
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
