@@ -33,6 +33,14 @@ With recorded durations the harness also schedules the files itself (`next_file`
 gets its next file when one test of its current file is left (xdist's own schedule: two), and
 a worker still busy with a long test gets the shortest file waiting rather than the longest,
 so no long file queues behind a long test while other workers fall idle.
+
+A test that kills its worker (segfault, `os._exit`, SIGKILL) is recorded failed, once ("worker
+'gwN' crashed while running ..."); xdist replaces the worker, and the rest of that file runs on
+the next worker free, each test once; the crashed test is not run again, and a crashed
+run_first test counts as finished. The run goes on and exits 1. (With loadfile the harness
+always uses its own scheduler, xdist_schedule.py, which says what xdist's own does instead.)
+Each crash uses up one of xdist's --max-worker-restart (default 4 per worker).
+
 Results, metrics, testmon and sharding under -n are the other plugins' business (the
 controller writes; workers send what they measured with their reports).
 """
@@ -40,8 +48,6 @@ controller writes; workers send what they measured with their reports).
 from __future__ import annotations
 
 import contextlib
-import functools
-import json
 import os
 import shutil
 import sys
@@ -58,13 +64,12 @@ import pytest
 from testharness import real_ray
 from testharness.atomic_io import write_json_atomic
 from testharness.settings import is_configured
-from testharness.shard_plan import default_duration, longest_files_first
+from testharness.shard_plan import longest_files_first
+from testharness.xdist_schedule import RUN_FIRST_FILES, make_scheduler
 
 WORKERINPUT_KEY = "testharness_parallel"
 LEASE_TIMEOUT_ENV = "TESTHARNESS_GPU_LEASE_TIMEOUT_S"
 RUN_FIRST_TIMEOUT_S = 3600.0  # a run_first test that never ends is the run's failure, not ours
-BUSY_S = 5.0  # a worker with more expected work than this left gets the shortest file next
-RUN_FIRST_FILES = "run_first_files.json"  # in the shared dir: the files that hold run_first tests
 
 
 class StartRaySpec:
@@ -96,16 +101,6 @@ def wait_for_markers(markers: list[Path], timeout_s: float, poll_s: float = 0.2)
         if not missing or time.monotonic() >= deadline:
             return missing
         time.sleep(poll_s)
-
-
-def next_file(queued: list[str], worker_left_s: float, run_first_files: set[str]) -> str:
-    """The file a worker gets next, of `queued` (longest first): the longest, unless the worker
-    still has more than BUSY_S of work left; then the shortest, which delays the worker least
-    and leaves the long files to the workers that free up first. While a run_first file is
-    queued the order is kept: every other test waits for those, so they go out first."""
-    if worker_left_s > BUSY_S and not run_first_files.intersection(queued):
-        return queued[-1]
-    return queued[0]
 
 
 def lease_timeout_s(env: dict[str, str]) -> float:
@@ -242,9 +237,13 @@ class _Controller:
             "dir": str(self.run.shared_dir), "gpus": self.run.gpus, "durations": self.run.durations}  # fmt: skip
 
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
-        if config.getoption("dist") != "loadfile" or not self.run.durations:
+        if config.getoption("dist") != "loadfile":
             return None  # xdist's own
-        return _longest_first_scheduling()(config, log, self.run.durations, self.run.shared_dir)
+        return make_scheduler(config, log, self.run.durations, self.run.shared_dir)
+
+    def pytest_handlecrashitem(self, crashitem: str, report: Any, sched: Any) -> None:
+        # A test that killed its worker has finished: no worker waits on it at the barrier.
+        done_marker(self.run.shared_dir, crashitem).touch()
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         shutil.rmtree(self.run.shared_dir, ignore_errors=True)
@@ -308,38 +307,6 @@ class _Worker:
         except TimeoutError as exc:
             item.add_marker(pytest.mark.skip(reason=f"uses_cuda: {exc}"))  # reported, never silent
             return None
-
-
-def _longest_first_scheduling() -> type:
-    """xdist's --dist loadfile, with `next_file` choosing each worker's next file (a class built
-    on first use: xdist is imported only in runs that distribute)."""
-    from xdist.scheduler import LoadFileScheduling  # type: ignore[import-untyped]
-
-    class LongestFirstScheduling(LoadFileScheduling):
-        def __init__(self, config: pytest.Config, log: Any, durations: dict[str, float], shared_dir: Path) -> None:
-            super().__init__(config, log)
-            self.durations = durations
-            self.default_s = default_duration([], durations)
-            self.shared_dir = shared_dir
-
-        @functools.cached_property
-        def run_first_files(self) -> set[str]:
-            # Complete once scheduling starts: every worker writes it before it reports its collection.
-            return set(json.loads((self.shared_dir / RUN_FIRST_FILES).read_text()))
-
-        def _reschedule(self, node: Any) -> None:
-            if self.workqueue and self._pending_of(self.assigned_work[node]) > 1:
-                return  # xdist waits for two left; a worker needs one (the test it holds)
-            super()._reschedule(node)
-
-        def _assign_work_unit(self, node: Any) -> None:
-            units = self.assigned_work.get(node, {}).values()
-            left_s = sum(self.durations.get(t, self.default_s) for u in units for t, done in u.items() if not done)
-            chosen = next_file(list(self.workqueue), left_s, self.run_first_files)
-            self.workqueue.move_to_end(chosen, last=False)  # xdist hands out the front one
-            super()._assign_work_unit(node)
-
-    return LongestFirstScheduling
 
 
 def hold_node_gpus(timeout_s: float, release_file: Path) -> bool:

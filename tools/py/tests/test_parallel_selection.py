@@ -19,7 +19,7 @@ from xdist_project import (
     run_pytest,
 )
 
-from testharness import parallel
+from testharness import parallel, xdist_schedule
 
 # --- selection under -n --------------------------------------------------------------------
 
@@ -153,12 +153,12 @@ def test_barrier_waits_for_every_marker(tmp_path: Path) -> None:
 
 def test_next_file_is_the_longest_unless_the_worker_is_still_busy() -> None:
     queued = ["long.py", "mid.py", "short.py"]  # longest first
-    assert parallel.next_file(queued, worker_left_s=0.0, run_first_files=set()) == "long.py"
-    assert parallel.next_file(queued, worker_left_s=parallel.BUSY_S, run_first_files=set()) == "long.py"
-    assert parallel.next_file(queued, worker_left_s=60.0, run_first_files=set()) == "short.py"
+    assert xdist_schedule.next_file(queued, worker_left_s=0.0, run_first_files=set()) == "long.py"
+    assert xdist_schedule.next_file(queued, worker_left_s=xdist_schedule.BUSY_S, run_first_files=set()) == "long.py"
+    assert xdist_schedule.next_file(queued, worker_left_s=60.0, run_first_files=set()) == "short.py"
     # A queued run_first file keeps the order: every other test waits for it.
-    assert parallel.next_file(queued, worker_left_s=60.0, run_first_files={"long.py"}) == "long.py"
-    assert parallel.next_file(queued, worker_left_s=60.0, run_first_files={"done.py"}) == "short.py"
+    assert xdist_schedule.next_file(queued, worker_left_s=60.0, run_first_files={"long.py"}) == "long.py"
+    assert xdist_schedule.next_file(queued, worker_left_s=60.0, run_first_files={"done.py"}) == "short.py"
 
 
 def _where(name: str, sleep_s: float = 0) -> str:
