@@ -12,7 +12,7 @@ groups of `[tool.testharness]` and `run_first`/`num_gpus`), so a project run wit
 pytest_plugins = [
     "testharness.interrupts",
     "testharness.selection",
-    "testharness.tracker",
+    "testharness.tracker",  # with testharness.recorder
     "testharness.sharding",
     "testharness.remote_select.plugin",
     "testharness.testmon_data",

@@ -22,14 +22,15 @@ import os
 import signal
 import time
 from collections.abc import Generator
+from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
 import pytest
 
-from testharness import crash_record, tracker
+from testharness import crash_record, recorder, results
 from testharness.contract import is_xdist_controller, is_xdist_worker, put_extra
-from testharness.crash_record import CARRIED_ENV, DUMP_SIGNAL, ONLY_ENV, SUPERVISE_DIR_ENV
+from testharness.crash_record import CARRIED_ENV, DUMP_SIGNAL, ONLY_ENV, SUPERVISE_DIR_ENV, Carried
 
 FRESH_PROCESS_EXIT = 75  # ends a process whose CUDA context a test made unusable (EX_TEMPFAIL)
 
@@ -54,7 +55,7 @@ def set_deadline(seconds: float | None) -> None:
 @pytest.hookimpl(trylast=True)  # after the tracker's: its state is in the config
 def pytest_configure(config: pytest.Config) -> None:
     directory = os.environ.get(SUPERVISE_DIR_ENV)
-    if directory and tracker.is_active(config):
+    if directory and recorder.is_active(config):
         config.pluginmanager.register(_Supervised(config, Path(directory)), f"testharness-supervised-{id(config)}")
 
 
@@ -87,8 +88,8 @@ class _Supervised:
                 faulthandler.register(DUMP_SIGNAL, file=self.fault_file, all_threads=True)
         carried = os.environ.get(CARRIED_ENV)
         if carried and self.owner:
-            tracker.carry_in(self.config, crash_record.Carried.read(Path(carried)))
-        self._journal({"session": tracker.session_line(self.config)})
+            carry_in(self.config, crash_record.Carried.read(Path(carried)))
+        self._journal({"session": session_line(self.config)})
 
     # The outermost wrapper (registered after sharding's, also tryfirst): it filters after every
     # other plugin's selection, so --shard plans its shard over the whole selection, as the
@@ -120,9 +121,7 @@ class _Supervised:
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, Any, Any]:
         global _CURRENT
-        crumb = crash_record.Breadcrumb(
-            item.nodeid, tracker.test_key(self.config, item.nodeid), os.getpid(), time.time()
-        )
+        crumb = crash_record.Breadcrumb(item.nodeid, test_key(self.config, item.nodeid), os.getpid(), time.time())
         _CURRENT = (self.dir, crumb)
         crash_record.write_breadcrumb(self.dir, crumb)
         try:
@@ -157,7 +156,7 @@ class _Supervised:
             put_extra(report, "testharness_crash", self._worker_crash(report.nodeid))  # xdist: its worker died
         yield
         if report.when == "teardown" or report.when not in ("setup", "call"):
-            line = tracker.finished_line(self.config, report.nodeid)
+            line = finished_line(self.config, report.nodeid)
             if line is not None:
                 self._journal(line)
 
@@ -182,3 +181,52 @@ class _Supervised:
         if carried and self.owner and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
             if crash_record.Carried.read(Path(carried)).failed():
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# --- what the recorder holds, handed on (serially: to the next round; from the journal: to the
+# supervisor, should this process die)
+
+
+def test_key(config: pytest.Config, nodeid: str) -> str:
+    return recorder.state_of(config).key(nodeid)
+
+
+def session_line(config: pytest.Config) -> dict[str, Any]:
+    """Where this session's record goes and when it started, for the supervisor to write it
+    should the process die."""
+    st = recorder.state_of(config)
+    target = st.results_dir if recorder.writes_results(config) else None
+    return {
+        "results_dir": str(target) if target is not None else None,
+        "start": st.start.strftime(results.START_TIME_FORMAT),
+        "shard": config.getoption("shard", None),
+        "root": str(st.settings.root),
+    }
+
+
+def finished_line(config: pytest.Config, nodeid: str) -> dict[str, Any] | None:
+    """A finished test's entry, metrics and memory readings, as the record would hold them."""
+    st = recorder.state_of(config)
+    rec = st.tests.get(nodeid)
+    if rec is None or nodeid in st.pending:
+        return None
+    with st.lock:  # a copy: a thread the test left running may still be tracking
+        metrics = st.metrics.get(rec.key)
+        metrics = dict(metrics) if metrics is not None else None
+    return {"test": nodeid, "record": rec.as_json(), "metrics": metrics,
+            "memory": [st.memory_source, sorted(st.gpu_names)]}  # fmt: skip
+
+
+def carry_in(config: pytest.Config, carried: Carried) -> None:
+    """Take what the earlier rounds of a supervised run recorded: this session's record then
+    lists every test of the run, from the first round's start."""
+    st = recorder.state_of(config)
+    if carried.start:
+        st.start = datetime.strptime(carried.start, results.START_TIME_FORMAT)
+    for nodeid, entry in carried.tests.items():
+        st.tests[nodeid] = results.OutcomeRecord.from_json(entry)
+    with st.lock:
+        st.metrics.update({key: dict(values) for key, values in carried.metrics.items()})
+    if results.MEMORY_RANK.get(carried.memory_source, 0) > results.MEMORY_RANK.get(st.memory_source, 0):
+        st.memory_source = carried.memory_source
+    st.gpu_names.update(carried.gpu_names)

@@ -29,7 +29,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from testharness import crash_record, results
+from testharness import crash_record, metrics, results
 from testharness.crash_record import (
     CARRIED_ENV,
     DUMP_SIGNAL,
@@ -129,7 +129,7 @@ def supervise(cmd: list[str], env: dict[str, str], tmp: Path) -> Outcome:
 
 
 def _not_run(nodeid: str, cause: str) -> dict[str, Any]:
-    return {"key": results.metric_key(nodeid), "outcome": "error", "duration": 0.0, "attempts": ["error"],
+    return {"key": metrics.metric_key(nodeid), "outcome": "error", "duration": 0.0, "attempts": ["error"],
             "crash": {"cause": f"not run: pytest died before it ({cause})", "stack": ""}}  # fmt: skip
 
 

@@ -287,7 +287,7 @@ def _text(summary: dict[str, object] | None, key: str) -> str | None:
 def interpret_exit(code: int, summary: dict[str, object] | None, stopped_by: str | None = None) -> tuple[int, str]:
     """(the script's exit code, the closing line) for pytest's exit code; `stopped_by`: the
     stop signal this script received and passed on, if any. `summary` is what the plugin wrote
-    (tracker._write_summary): where the results went or why they could not be written, what
+    (recorder._write_summary): where the results went or why they could not be written, what
     stopped the session, what was collected."""
     error = _text(summary, "results_error")
     if error is not None:  # the plugin made pytest exit INTERNAL_ERROR; say what the tests did too

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from testharness import results
+from testharness import metrics, results
 
 START = datetime(2026, 3, 24, 23, 34, 12)
 
@@ -35,24 +35,24 @@ def _doc(**over: object) -> dict[str, object]:
 
 
 def test_metric_key_uses_module_stem_and_keeps_param_ids() -> None:
-    assert results.metric_key("tests/unit/a/test_x.py::test_y") == "test_x::test_y"
-    assert results.metric_key("tests/unit/test_x.py::test_y[p1-2]") == "test_x::test_y[p1-2]"
-    assert results.metric_key("test_x.py::TestC::test_y[a]") == "test_x::TestC::test_y[a]"
+    assert metrics.metric_key("tests/unit/a/test_x.py::test_y") == "test_x::test_y"
+    assert metrics.metric_key("tests/unit/test_x.py::test_y[p1-2]") == "test_x::test_y[p1-2]"
+    assert metrics.metric_key("test_x.py::TestC::test_y[a]") == "test_x::TestC::test_y[a]"
 
 
 @pytest.mark.parametrize("value", [object(), {1, 2}, float("nan"), b"bytes"])
 def test_check_metric_rejects_non_json_naming_the_metric(value: object) -> None:
-    with pytest.raises(results.MetricError, match="metric 'loss'"):
-        results.check_metric("loss", value)
+    with pytest.raises(metrics.MetricError, match="metric 'loss'"):
+        metrics.check_metric("loss", value)
 
 
 def test_check_metric_copies_and_reserves_underscore() -> None:
     original = {"a": [1, 2]}
-    copy = results.check_metric("m", original)
+    copy = metrics.check_metric("m", original)
     original["a"].append(3)
     assert copy == {"a": [1, 2]}
-    with pytest.raises(results.MetricError, match="reserved"):
-        results.check_metric("_elapsed", 1.0)
+    with pytest.raises(metrics.MetricError, match="reserved"):
+        metrics.check_metric("_elapsed", 1.0)
 
 
 @pytest.mark.parametrize(
@@ -62,8 +62,8 @@ def test_check_metric_copies_and_reserves_underscore() -> None:
 )  # fmt: skip
 def test_check_metric_refuses_keys_that_are_not_strings(value: object, where: str, key: str) -> None:
     # JSON would write 1 as "1": 1 and "1" would silently become one key (the last one won).
-    with pytest.raises(results.MetricError) as err:
-        results.check_metric("m", value)
+    with pytest.raises(metrics.MetricError) as err:
+        metrics.check_metric("m", value)
     assert str(err.value).startswith(f"metric 'm': key {key} in {where} is not a string: JSON keys are strings")
     assert "track str keys" in str(err.value)
     if key == "1 (int)":
@@ -72,22 +72,22 @@ def test_check_metric_refuses_keys_that_are_not_strings(value: object, where: st
 
 def test_check_metric_refuses_deep_and_self_containing_values_with_its_own_error() -> None:
     ok: list[object] = []  # one level
-    for _ in range(results.MAX_METRIC_DEPTH - 2):
+    for _ in range(metrics.MAX_METRIC_DEPTH - 2):
         ok = [ok]
-    assert results.check_metric("m", {"deep": ok}) == {"deep": ok}  # MAX_METRIC_DEPTH levels with the dict
+    assert metrics.check_metric("m", {"deep": ok}) == {"deep": ok}  # MAX_METRIC_DEPTH levels with the dict
     deep: object = []
     for _ in range(5000):  # json.dumps would raise RecursionError
         deep = [deep]
-    with pytest.raises(results.MetricError, match=r"^metric 'deep': the value nests lists/dicts more than 100 levels"):
-        results.check_metric("deep", deep)
-    with pytest.raises(results.MetricError, match=r"^metric 'm': the value nests"):
-        results.check_metric("m", {"deep": [ok]})
+    with pytest.raises(metrics.MetricError, match=r"^metric 'deep': the value nests lists/dicts more than 100 levels"):
+        metrics.check_metric("deep", deep)
+    with pytest.raises(metrics.MetricError, match=r"^metric 'm': the value nests"):
+        metrics.check_metric("m", {"deep": [ok]})
     loop: list[object] = [1]
     loop.append({"again": loop})
-    with pytest.raises(results.MetricError, match=r"^metric 'loop': the value contains itself at loop\[1\]\['again'\]"):
-        results.check_metric("loop", loop)
+    with pytest.raises(metrics.MetricError, match=r"^metric 'loop': the value contains itself at loop\[1\]\['again'\]"):
+        metrics.check_metric("loop", loop)
     shared = [1]
-    assert results.check_metric("m", {"a": shared, "b": shared}) == {"a": [1], "b": [1]}  # shared, not a loop
+    assert metrics.check_metric("m", {"a": shared, "b": shared}) == {"a": [1], "b": [1]}  # shared, not a loop
 
 
 def test_write_results_writes_both_files_or_neither(tmp_path: Path) -> None:
