@@ -45,12 +45,12 @@ def local_gpus() -> tuple[list[float], list[str]]:
             used.append(pynvml.nvmlDeviceGetMemoryInfo(handle).used / MIB)
             name = pynvml.nvmlDeviceGetName(handle)
             names.append(name.decode() if isinstance(name, bytes) else str(name))
-    except Exception:
+    except pynvml.NVMLError:  # a GPU that stops answering (fallen off the bus): no reading
         return [], []
     finally:
         try:
             pynvml.nvmlShutdown()
-        except Exception:
+        except pynvml.NVMLError:  # already shut down: nothing left to release
             pass
     return used, names
 
@@ -73,7 +73,7 @@ def _peak_rss_mib_of(pid: int) -> float:
         import psutil
 
         return float(psutil.Process(pid).memory_info().rss) / MIB
-    except Exception:
+    except psutil.Error:  # the process ended between the listing and the reading
         return 0.0
 
 
@@ -94,7 +94,7 @@ def ray_worker_peak_rss_mib() -> float:
         try:
             cmd = proc.info.get("cmdline") or []
             title = " ".join(cmd) if cmd else (proc.info.get("name") or "")
-        except Exception:
+        except psutil.Error:  # the process ended while the list was read
             continue
         if title.startswith("ray::") or "default_worker.py" in title:
             best = max(best, _peak_rss_mib_of(int(proc.info["pid"])))
@@ -193,7 +193,7 @@ def _node_task() -> Any:
                                     peak = max(peak, int(line.split()[1]) / 1024.0)
                     except OSError:
                         continue
-            except Exception:
+            except Exception:  # noqa: BLE001  psutil or /proc on a node in any state: a reading, never a failed test
                 pass
         return used, names, peak
 
@@ -222,6 +222,6 @@ def cluster_gpu_count() -> int:
     if ray is not None:
         try:
             return int(ray.cluster_resources().get("GPU", 0))  # type: ignore[no-untyped-call,unused-ignore]
-        except Exception:
+        except Exception:  # noqa: BLE001  a cluster going away (any Ray error): this machine's count
             pass
     return local_gpu_count()

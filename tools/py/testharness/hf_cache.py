@@ -35,7 +35,7 @@ def hf_token_present() -> bool:
         return False
     try:
         return bool(get_token())
-    except Exception:
+    except Exception:  # noqa: BLE001  huggingface_hub raises what its version does for a broken token file: no token
         return False
 
 

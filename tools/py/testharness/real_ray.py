@@ -57,7 +57,7 @@ def connected() -> ModuleType | None:
         return None
     try:
         return ray if ray.is_initialized() else None
-    except Exception:
+    except Exception:  # noqa: BLE001  a Ray half torn down (any error): not connected
         return None
 
 

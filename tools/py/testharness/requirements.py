@@ -38,7 +38,7 @@ def spec_error(modules: Sequence[str]) -> str | None:
             found = importlib.util.find_spec(name) is not None
         except ImportError as exc:  # a parent package is missing or fails to import
             return str(exc) or type(exc).__name__
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001  a broken install raises anything: its one line
             return f"{type(exc).__name__}: {exc}"
         if not found:
             return f"No module named {name!r}"
