@@ -65,7 +65,6 @@ class _Supervised:
         self.dir = directory
         self.pid = os.getpid()
         self.owner = not is_xdist_worker(config)  # writes the journal (xdist: the controller)
-        self.runs_tests = not is_xdist_controller(config)
         self.fault_file: IO[str] | None = None
         self.selected_written = False
         self.poisoned: str | None = None  # a sticky CUDA error a test left in this process
@@ -80,7 +79,9 @@ class _Supervised:
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         for sub in (crash_record.RUNNING, crash_record.FAULTS):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
-        if self.runs_tests:
+        # Asked now, not at configure: plan first (testharness.parallel) may have turned a
+        # `-n N` run with nothing for workers to do into an in-process one.
+        if not is_xdist_controller(self.config):
             # Kept open for the life of the process: faulthandler writes to its descriptor.
             self.fault_file = open(crash_record.fault_path(self.dir, self.pid), "w", encoding="utf-8")  # noqa: SIM115
             faulthandler.enable(file=self.fault_file, all_threads=True)
