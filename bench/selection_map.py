@@ -42,7 +42,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bench_common import md_table, print_table, today, update_section  # noqa: E402
 
-from testharness.remote_select import engine, lexical, store  # noqa: E402
+from testharness.remote_select import lexical, parsing, store  # noqa: E402
 from testharness.remote_select.config import SelectConfig  # noqa: E402
 from testharness.remote_select.engine import RemoteSelector  # noqa: E402
 
@@ -84,15 +84,15 @@ def make_tree(root: Path, pkg_dir: Path, top: str, inner: str, limit: int = 0) -
 @contextmanager
 def serial(ast_only: bool = False) -> Iterator[None]:
     """Files read in this process only; with `ast_only`, lexical.read refuses every file, so
-    graph.parse_file falls back to `ast` (the reader before lexical.py)."""
-    original, threshold = lexical.read, engine.PARALLEL_MIN_FILES
-    engine.PARALLEL_MIN_FILES = 1 << 60
+    parsing.parse_file falls back to `ast` (the reader before lexical.py)."""
+    original, threshold = lexical.read, parsing.PARALLEL_MIN_FILES
+    parsing.PARALLEL_MIN_FILES = 1 << 60
     if ast_only:
         lexical.read = lambda source: None
     try:
         yield
     finally:
-        lexical.read, engine.PARALLEL_MIN_FILES = original, threshold
+        lexical.read, parsing.PARALLEL_MIN_FILES = original, threshold
 
 
 def _cpu() -> float:

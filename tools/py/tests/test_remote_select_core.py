@@ -9,17 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from testharness.remote_select import graph as graph_mod
-from testharness.remote_select import store
+from testharness.remote_select import parsing, store
 from testharness.remote_select.config import SelectConfig, select_config
 from testharness.remote_select.engine import RemoteSelector
-from testharness.remote_select.graph import (
-    build_graph,
-    hash_files,
-    parse_refs,
-    scan_files,
-)
+from testharness.remote_select.graph import build_graph
+from testharness.remote_select.parsing import parse_refs
 from testharness.remote_select.records import SentModule, format_ref
+from testharness.remote_select.scan import hash_files, scan_files
 from testharness.settings import SettingsError, load_settings
 
 CFG = SelectConfig(source_packages=("pkg",), source_roots=("",), test_roots=("tests",))
@@ -139,13 +135,13 @@ def test_rebuild_reparses_only_changed_files(tmp_path: Path, monkeypatch: pytest
     plan = sel.plan()
     sel.finish(plan, {}, {})
     calls: list[bytes] = []
-    real = graph_mod.parse_file
+    real = parsing.parse_file
 
     def counting(source: bytes) -> dict[str, object]:
         calls.append(source)
         return real(source)
 
-    monkeypatch.setattr("testharness.remote_select.engine.parse_file", counting)
+    monkeypatch.setattr("testharness.remote_select.parsing.parse_file", counting)
     (tmp_path / "pkg/a/c.py").write_text("def f(): return 1\n")
     (tmp_path / "tests/sub/test_new.py").write_text("import pkg\n")
     sel.plan()
@@ -252,7 +248,7 @@ def _import_digests(sources: dict[str, str]) -> dict[str, str]:
     from testharness.remote_select.import_time import import_digests
 
     return import_digests(
-        {rel: graph_mod.parse_file(textwrap.dedent(src).encode()).facts for rel, src in sources.items()}
+        {rel: parsing.parse_file(textwrap.dedent(src).encode()).facts for rel, src in sources.items()}
     )
 
 

@@ -1,4 +1,4 @@
-"""lexical.py (reading files without `ast`) against graph.parse_file_ast: never less than it.
+"""lexical.py (reading files without `ast`) against parsing.parse_file_ast: never less than it.
 
 Pure core: no pytest plugin, no Ray. bench/selection_map.py times both on large trees.
 """
@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 
-from testharness.remote_select import graph, lexical
-from testharness.remote_select.graph import hash_files, parse_file_ast
+from testharness.remote_select import lexical, masked_text, parsing
 from testharness.remote_select.import_time import file_facts
+from testharness.remote_select.parsing import parse_file_ast
 from testharness.remote_select.records import ALWAYS, CALL_TIME, OWN_BODY, DottedString, ImportRef, ParsedFile
+from testharness.remote_select.scan import hash_files
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -157,7 +158,7 @@ def test_functions_calls_and_kinds() -> None:
     ],
 )
 def test_decorator_names(text: str, names: list[str]) -> None:
-    assert lexical._DECORATOR.findall(text) == names
+    assert masked_text._DECORATOR.findall(text) == names
     if text.startswith("@property"):
         ref = parse_file_ast(text.encode()).facts.top
         assert set(ref) == {"property"} and set(_read(text).facts.top) == {"property"}
@@ -200,8 +201,8 @@ def test_no_pattern_repeats_a_group_possessively() -> None:
     assert _repeated_groups(r"(?>ab)c(?:xy|z)*+") == ["ATOMIC_GROUP", "POSSESSIVE_REPEAT"]
     assert _repeated_groups(r"\n[ ]{0,8}+(?:\w)++[^a]*+.?+(?=[^ \n])") == []  # one character: safe
     _read("def f():\n    pass\n")  # the dedent pattern of indent 0 (made when first needed)
-    patterns = [v for m in (lexical, graph) for v in vars(m).values() if isinstance(v, re.Pattern)]
-    patterns += lexical._DEDENT.values()
+    patterns = [v for m in (lexical, masked_text, parsing) for v in vars(m).values() if isinstance(v, re.Pattern)]
+    patterns += masked_text._DEDENT.values()
     assert len(patterns) > 10
     for pattern in patterns:
         assert not _repeated_groups(pattern.pattern), pattern.pattern
@@ -310,19 +311,17 @@ def test_only_the_fields_of_an_f_string_are_code() -> None:
 def test_many_files_are_read_in_processes_of_their_own_and_here_if_those_fail(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from testharness.remote_select import engine
-
     paths = []
     for i in range(6):
         path = tmp_path / f"m{i}.py"
         path.write_text(f"import pkg.m{i}\n\n\ndef f{i}():\n    return {i}\n")
         paths.append(str(path))
     paths.append(str(tmp_path / "gone.py"))
-    serial = engine._read_chunk(paths)
+    serial = parsing._read_chunk(paths)
     assert serial[-1] is None and all(p is not None for p in serial[:-1])
-    monkeypatch.setattr(engine, "PARALLEL_MIN_FILES", 2)
-    monkeypatch.setattr(engine, "PARALLEL_MIN_BYTES", 1)
-    monkeypatch.setattr(engine.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
-    assert engine._read_files(paths) == serial
-    monkeypatch.setattr(engine.sys, "executable", str(tmp_path / "no-python"))
-    assert engine._read_files(paths) == serial
+    monkeypatch.setattr(parsing, "PARALLEL_MIN_FILES", 2)
+    monkeypatch.setattr(parsing, "PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(parsing.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert parsing._read_files(paths) == serial
+    monkeypatch.setattr(parsing.sys, "executable", str(tmp_path / "no-python"))
+    assert parsing._read_files(paths) == serial

@@ -15,13 +15,10 @@ import pytest
 from selection_project import PLUGIN, RAY_SESSION_CONFTEST
 
 from testharness.remote_select.config import SelectConfig
-from testharness.remote_select.graph import (
-    build_graph,
-    hash_files,
-    parse_refs,
-    scan_files,
-)
+from testharness.remote_select.graph import build_graph
+from testharness.remote_select.parsing import parse_refs
 from testharness.remote_select.records import FromImportRef, ImportRef
+from testharness.remote_select.scan import hash_files, scan_files
 
 pytest_plugins = ["pytester"]
 

@@ -18,8 +18,10 @@ from typing import NoReturn
 from testharness.settings import SettingsError, load_settings
 
 from .config import select_config
-from .graph import build_graph, hash_files, parse_refs, scan_files
+from .graph import build_graph
+from .parsing import parse_refs
 from .records import format_reach
+from .scan import hash_files, scan_files
 from .store import load_state
 
 DESCRIPTION = "Why the tests of these files get selected under --testmon: static closure and recorded reach."

@@ -1,5 +1,8 @@
 """Static import graph of a project (pure: no pytest, no Ray, no imports of the project).
 
+The files come from scan.py, their references from parsing.py; this module resolves the
+references to files and computes every file's transitive closure.
+
 Nodes are repo-relative POSIX paths. Edges come from, for every file:
   * `import a.b.c` / `from a.b import c` / relative imports: every existing module on the
     dotted path (so package `__init__.py` files are included),
@@ -16,249 +19,16 @@ content (absent vs present) differs from what was recorded, so the test is re-se
 
 from __future__ import annotations
 
-import ast
-import fnmatch
-import hashlib
-import os
-import re
-import time
-from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from . import lexical
 from .config import SelectConfig
-from .import_time import file_facts, unparsed_facts
-from .records import DottedString, FromImportRef, ImportRef, ParsedFile, PathString, Ref
-
-# Dotted identifiers, optionally "module:attr" (entry-point style).
-_DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?::[A-Za-z_]\w*)?\Z")
-_PYPATH = re.compile(r"[\w.\-/]+\.py\Z")
-_SKIP_DIRS = {"__pycache__", "node_modules", "site-packages"}
-
-
-def digest_bytes(data: bytes) -> str:
-    """Content digest of a file (never an mtime: `touch` and moved checkouts change nothing)."""
-    return hashlib.blake2b(data, digest_size=12).hexdigest()
-
-
-def _walk_py(root: str, rel: str, out: dict[str, str]) -> None:
-    """Add `rel`'s .py files (recursively) to out as rel_path -> absolute path."""
-    base = os.path.join(root, rel) if rel else root
-    try:
-        entries = list(os.scandir(base))
-    except (FileNotFoundError, NotADirectoryError, PermissionError):
-        return
-    for entry in entries:
-        name = entry.name
-        if name.startswith(".") or name in _SKIP_DIRS:
-            continue
-        child = f"{rel}/{name}" if rel else name
-        try:
-            if entry.is_dir(follow_symlinks=False):
-                _walk_py(root, child, out)
-            elif name.endswith(".py") and entry.is_file():
-                out[child] = entry.path
-        except OSError:
-            continue
-
-
-def scan_files(root: str, cfg: SelectConfig) -> dict[str, str]:
-    """Every Python file of the graph's universe: rel POSIX path -> absolute path.
-
-    The universe is the source packages (under each source root), the test roots, and the
-    conftest.py files above the test roots (pytest loads them too).
-    """
-    out: dict[str, str] = {}
-    for src in cfg.source_roots:
-        for pkg in cfg.source_packages:
-            rel = f"{src}/{pkg}" if src else pkg
-            _walk_py(root, rel, out)
-            single = os.path.join(root, rel + ".py")
-            if os.path.isfile(single):
-                out[rel + ".py"] = single
-    for test_root in cfg.test_roots:
-        full = os.path.join(root, test_root) if test_root else root
-        if os.path.isfile(full) and full.endswith(".py"):
-            out[test_root] = full
-            test_root = test_root.rpartition("/")[0]
-        else:
-            _walk_py(root, test_root, out)
-        for anc in _ancestor_dirs(test_root):
-            rel = f"{anc}/conftest.py" if anc else "conftest.py"
-            path = os.path.join(root, rel)
-            if os.path.isfile(path):
-                out[rel] = path
-    return out
-
-
-RACY_S = 2.0  # a file written this recently may change again within its mtime's tick
-
-
-def hash_files(
-    files: dict[str, str],
-    known: Mapping[str, tuple[str, str]] | None = None,
-    stats: dict[str, str] | None = None,
-    now: float | None = None,
-    contents: dict[str, bytes] | None = None,
-) -> dict[str, str]:
-    """Content digests of the given files (rel -> digest); unreadable files are left out.
-
-    `known`: rel -> (stat signature, digest) from an earlier run; a file whose signature
-    (size, mtime, ctime, inode: any write changes ctime, which no tool can set back) is
-    unchanged is not read again, as git's index does. `stats` receives each file's
-    signature, except for files written within RACY_S seconds of `now` (read again next
-    time). The digest is still of the content: `touch` or a moved checkout changes nothing.
-    `contents` receives the bytes of each file read (absolute path -> bytes), so a file
-    that must then be parsed is not read twice, and is parsed as it was hashed.
-    """
-    out: dict[str, str] = {}
-    known = known or {}
-    racy_ns = int(((time.time() if now is None else now) - RACY_S) * 1e9)
-    for rel, path in files.items():
-        try:
-            st = os.stat(path)
-        except OSError:
-            continue
-        sig = f"{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}"
-        seen = known.get(rel)
-        if seen is not None and seen[0] == sig:
-            out[rel] = seen[1]
-        else:
-            try:
-                with open(path, "rb") as fh:
-                    data = fh.read()
-            except OSError:
-                continue
-            out[rel] = digest_bytes(data)
-            if contents is not None:
-                contents[path] = data
-        if stats is not None and max(st.st_mtime_ns, st.st_ctime_ns) < racy_ns:
-            stats[rel] = sig
-    return out
-
-
-def parse_file(source: bytes) -> ParsedFile:
-    """Everything the selector needs from one file's content (cached by content digest):
-    its import references (see `_refs`) and the import-time facts of import_time.py.
-    Read without `ast` where lexical.py can (a superset of what `ast` finds); else parsed."""
-    fast = lexical.read(source)
-    if fast is not None:
-        return fast
-    return parse_file_ast(source)
-
-
-def parse_file_ast(source: bytes) -> ParsedFile:
-    """parse_file with `ast` (the reference lexical.py is checked against)."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return ParsedFile((), unparsed_facts(digest_bytes(source)))
-    refs = _refs(tree)
-    return ParsedFile(refs, file_facts(tree))
-
-
-def parse_refs(source: bytes) -> tuple[Ref, ...]:
-    """Only the import references (what building a graph needs)."""
-    fast = lexical.read(source)
-    if fast is not None:
-        return fast.refs
-    try:
-        return _refs(ast.parse(source))
-    except (SyntaxError, ValueError):
-        return ()
-
-
-def _refs(tree: ast.Module) -> tuple[Ref, ...]:
-    """Import references of one file, independent of where the file lives (records.Ref):
-    imports, from-imports, and string literals naming a dotted module or a .py path.
-    A file that does not parse has no references (its digest still counts).
-    """
-    refs: dict[Ref, None] = {}
-    for node in _runtime_nodes(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                refs[ImportRef(alias.name)] = None
-        elif isinstance(node, ast.ImportFrom):
-            refs[FromImportRef(node.level, node.module or "", tuple(alias.name for alias in node.names))] = None
-        elif isinstance(node, ast.Call):
-            ref = _relative_import_module(node)
-            if ref is not None:
-                refs[ref] = None
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            text = node.value
-            if 2 < len(text) < 200:
-                if _DOTTED.match(text):
-                    refs[DottedString(text.replace(":", "."))] = None
-                elif _PYPATH.match(text):
-                    refs[PathString(text)] = None
-    return tuple(refs)
-
-
-def _relative_import_module(call: ast.Call) -> Ref | None:
-    """`import_module(".x", package="a.b")` (literal package) or `import_module(".x",
-    __package__)` (the file's own package): the module a relative name loads. A computed
-    name or package stays invisible (documented)."""
-    func = call.func
-    callee = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
-    if callee != "import_module" or not call.args:
-        return None
-    name = call.args[0]
-    if not isinstance(name, ast.Constant) or not isinstance(name.value, str) or not name.value.startswith("."):
-        return None
-    package = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "package"), None)
-    rest = name.value.lstrip(".")
-    level = len(name.value) - len(rest)
-    if rest and not all(part.isidentifier() for part in rest.split(".")):
-        return None
-    if isinstance(package, ast.Name) and package.id == "__package__":
-        return FromImportRef(level, rest, ())
-    if isinstance(package, ast.Constant) and isinstance(package.value, str) and package.value:
-        base = package.value.split(".")
-        if level - 1 >= len(base):
-            return None  # above the top-level package: the import fails
-        return ImportRef(".".join(base[: len(base) - (level - 1)] + ([rest] if rest else [])))
-    return None
-
-
-def _runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
-    """`ast.walk`, minus the bodies of `if TYPE_CHECKING:` blocks: imports there never run
-    (type checkers read them), so what they name is not part of the file's closure."""
-    todo = deque([tree])  # breadth first, as ast.walk
-    while todo:
-        node = todo.popleft()
-        yield node
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
-            todo.extend(node.orelse)
-            continue
-        todo.extend(ast.iter_child_nodes(node))
-
-
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def _ancestor_dirs(rel_dir: str) -> list[str]:
-    """ "a/b" -> ["", "a", "a/b"]."""
-    out = [""]
-    if rel_dir:
-        parts = rel_dir.split("/")
-        out += ["/".join(parts[: i + 1]) for i in range(len(parts))]
-    return out
+from .records import DottedString, FromImportRef, ImportRef, Ref
+from .scan import ancestor_dirs, is_test_file
 
 
 def _dirname(rel: str) -> str:
     return rel.rpartition("/")[0]
-
-
-def is_test_file(rel: str, cfg: SelectConfig) -> bool:
-    """A test module pytest would collect: under a test root and matching `python_files`."""
-    name = rel.rpartition("/")[2]
-    if not any(fnmatch.fnmatch(name, pat) for pat in cfg.test_patterns):
-        return False
-    return any(not r or rel == r or rel.startswith(r + "/") for r in cfg.test_roots)
 
 
 @dataclass
@@ -449,7 +219,7 @@ def build_graph(
             if chain is None:
                 have: list[str] = []
                 missing: list[str] = []
-                for anc in _ancestor_dirs(here):
+                for anc in ancestor_dirs(here):
                     c = f"{anc}/conftest.py" if anc else "conftest.py"
                     (have if c in index else missing).append(c)
                 chain = conftest_memo[here] = (have, missing)
@@ -464,6 +234,25 @@ def build_graph(
         deps.append(sorted(d))
     deps += [[] for _ in range(len(nodes) - len(files))]
     return Graph(nodes=nodes, n_files=len(files), deps=deps, index=index)
+
+
+def graph_from_deps(digests: dict[str, str], deps: dict[str, list[str]]) -> Graph:
+    """The graph a map stored (its files' direct dependencies), without parsing anything."""
+    files = sorted(digests)
+    index = {p: i for i, p in enumerate(files)}
+    nodes = list(files)
+    edges: list[list[int]] = []
+    for rel in files:
+        row = []
+        for d in deps.get(rel, []):
+            i = index.get(d)
+            if i is None:
+                i = index[d] = len(nodes)
+                nodes.append(d)
+            row.append(i)
+        edges.append(row)
+    edges += [[] for _ in range(len(nodes) - len(files))]
+    return Graph(nodes=nodes, n_files=len(files), deps=edges, index=index)
 
 
 def _closure_bitsets(deps: list[list[int]]) -> list[int]:

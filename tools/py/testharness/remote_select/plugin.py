@@ -29,7 +29,8 @@ import pytest
 from testharness.contract import get_extra, is_xdist_worker, put_extra, settings_of
 
 from .config import select_config
-from .engine import OK_OUTCOMES, Plan, RemoteSelector, describe, test_file_of
+from .engine import RemoteSelector
+from .plan import OK_OUTCOMES, Plan, describe, test_file_of
 from .reach import ReachRecorder
 from .store import StateFiles
 
