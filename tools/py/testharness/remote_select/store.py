@@ -187,7 +187,7 @@ def save_state(path: Path, state: State) -> None:
 
 
 class ParseCache:
-    """graph.parse_file() results by content digest, kept in their own file next to the map
+    """parsing.parse_file() results by content digest, kept in their own file next to the map
     (`<map>.parse-cache.json`): content-addressed, so never stale, and a file CI can keep
     between jobs. Loaded only when a file must be read (a change, a cold build), and each
     entry parsed only when asked for; a malformed entry is a miss (that file is read again)."""
@@ -246,10 +246,10 @@ class MapData:
     """In-memory form of the map file.
 
     config: the selection config's fingerprint; files: path -> content digest; parsed:
-    content digest -> graph.parse_file() result (ParseCache: its own file); deps: path ->
+    content digest -> parsing.parse_file() result (ParseCache: its own file); deps: path ->
     direct dependencies; tests: test file -> its node ids at the last collection (stored as
     {"nodeids": [...]}); stats: path -> its stat signature when its digest was taken
-    (graph.hash_files reads a file again only when that changed).
+    (scan.hash_files reads a file again only when that changed).
     """
 
     def __init__(
