@@ -37,6 +37,34 @@ SECTION = "edit-to-result"
 TARGET_NOEDIT_S = 5.0
 DEFAULT_EDIT = "nemo_rl/environments/math_environment.py"
 EDIT_TEXT = "\n\ndef _edit_to_result_bench_unused() -> int:\n    return 1\n"
+
+
+def edited_source(text: str, function: str | None) -> str:
+    """The module with the bench's edit: an unused function appended, or with `function`
+    (a qualified name, `Class.method`) a no-op first statement in that function's body, a
+    one-line edit inside it (inside a Ray actor when the class is one)."""
+    if not function:
+        return text + EDIT_TEXT
+    import ast
+
+    node: ast.AST = ast.parse(text)
+    for part in function.split("."):
+        node = next(
+            n for n in ast.iter_child_nodes(node)
+            if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == part
+        )  # fmt: skip
+    body = node.body  # type: ignore[attr-defined]
+    first = (
+        body[1]
+        if len(body) > 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+        else body[0]
+    )
+    lines = text.splitlines(keepends=True)
+    indent = " " * first.col_offset
+    lines.insert(first.lineno - 1, f"{indent}_edit_to_result_bench = 1  # noqa: F841\n")
+    return "".join(lines)
+
+
 # Not copied: environments, caches and every selection/results artifact of the real tree.
 IGNORE = shutil.ignore_patterns(
     ".venv",
@@ -78,7 +106,9 @@ def run_pytest(repo: Path, label: str, args: list[str], timeout: int) -> Run:
     ray_tmp = Path(tempfile.mkdtemp(prefix="ray_e2r_", dir="/tmp"))
     junit = Path(tempfile.mkdtemp(prefix="e2r_junit_")) / "junit.xml"
     env = dict(os.environ, RAY_TMPDIR=str(ray_tmp), TESTHARNESS_RESULTS_DIR=str(junit.parent / "results"))
-    env["PYTHONPATH"] = os.pathsep.join([str(repo), str(repo / "tools" / "py")])
+    # The copy's packages first; the rest of PYTHONPATH stays (a machine without uv has its
+    # test tools there).
+    env["PYTHONPATH"] = os.pathsep.join([str(repo), str(repo / "tools" / "py"), *filter(None, [env.get("PYTHONPATH")])])
     env.pop("RAY_ADDRESS", None)
     # Keep the cache provider: testmon 2.2 reads its --lf option (KeyError 'lf' without it).
     cmd = [sys.executable, "-m", "pytest", "-q", f"--junitxml={junit}", *args]
@@ -114,13 +144,16 @@ def run_pytest(repo: Path, label: str, args: list[str], timeout: int) -> Run:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("paths", nargs="*", default=["tests/unit"], help="test paths (default tests/unit)")
-    ap.add_argument("--edit", default=DEFAULT_EDIT, help=f"module to edit in the copy (default {DEFAULT_EDIT})")
+    ap.add_argument("--edit", default=DEFAULT_EDIT, help=f"module to edit in the copy (default {DEFAULT_EDIT}); "
+                    "FILE::Class.method edits one line inside that method")  # fmt: skip
+    ap.add_argument("-n", dest="workers", default=None, help="pytest-xdist workers for every run (e.g. auto)")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per pytest run")
     ap.add_argument("--no-baseline", action="store_true", help="skip the plain run without testmon")
     ap.add_argument("--keep", action="store_true", help="keep the copy (its path is printed)")
     ap.add_argument("--no-docs", action="store_true", help="print only; do not touch docs/benchmarks.md")
     args = ap.parse_args(argv)
-    target = ROOT / args.edit
+    edit_file, _, edit_function = args.edit.partition("::")
+    target = ROOT / edit_file
     if not target.is_file():
         print(f"edit_to_result: --edit {args.edit}: no such file in the repository", file=sys.stderr)
         return 2
@@ -132,19 +165,20 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[Run] = []
     try:
         repo = copy_repo(tmp)
-        tm = ["--testmon", *args.paths]
+        xdist = ["-n", args.workers] if args.workers else []
+        tm = ["--testmon", *xdist, *args.paths]
         runs.append(run_pytest(repo, "seed (--testmon, first run)", tm, args.timeout))
         runs.append(run_pytest(repo, "no edit (--testmon)", tm, args.timeout))
-        edited = repo / args.edit
+        edited = repo / edit_file
         original = edited.read_bytes()
-        edited.write_bytes(original + EDIT_TEXT.encode())
+        edited.write_text(edited_source(original.decode(), edit_function or None))
         try:
             runs.append(run_pytest(repo, f"edit {args.edit} (--testmon)", tm, args.timeout))
         finally:
             edited.write_bytes(original)  # the copy is restored exactly (and then deleted)
         runs.append(run_pytest(repo, "restored, again (--testmon)", tm, args.timeout))
         if not args.no_baseline:
-            runs.append(run_pytest(repo, "everything (no testmon)", list(args.paths), args.timeout))
+            runs.append(run_pytest(repo, "everything (no testmon)", [*xdist, *args.paths], args.timeout))
     finally:
         if args.keep:
             print(f"edit_to_result: copy kept at {tmp}")
@@ -178,7 +212,12 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"Measured {today()} on {machine()}, with `uv run --group test python bench/edit_to_result.py"
         f"{'' if args.paths == ['tests/unit'] else ' ' + scope}` on a copy of the repository "
-        f"(test paths: `{scope}`; the edit appends an unused function to `{args.edit}`).",
+        f"(test paths: `{scope}`{'; -n ' + args.workers if args.workers else ''}; the edit: "
+        + (
+            f"one line inside `{edit_function}` of `{edit_file}`)."
+            if edit_function
+            else f"an unused function appended to `{edit_file}`)."
+        ),
         "",
         md_table(header, rows),
         "",

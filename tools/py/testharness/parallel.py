@@ -50,7 +50,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import sys
 import tempfile
 import time
 import uuid
@@ -63,8 +62,11 @@ import pytest
 
 from testharness import real_ray
 from testharness.atomic_io import write_json_atomic
-from testharness.settings import is_configured
+from testharness.contract import is_xdist_worker, settings_of
+from testharness.interrupts import reassert_signal_handlers
+from testharness.selection import file_left_out
 from testharness.shard_plan import longest_files_first
+from testharness.xdist_plan import files_to_run, workers_for
 from testharness.xdist_schedule import RUN_FIRST_FILES, make_scheduler
 
 WORKERINPUT_KEY = "testharness_parallel"
@@ -130,20 +132,16 @@ class _Run:
 _RUN = pytest.StashKey[_Run]()
 
 
-def _is_worker(config: pytest.Config) -> bool:
-    return hasattr(config, "workerinput")
-
-
 def _distributes(config: pytest.Config) -> bool:
     """This process is an xdist controller that will run tests in workers, of a project with
     [tool.testharness] (where the harness is merely installed, -n is xdist's alone)."""
-    if _is_worker(config) or not config.pluginmanager.hasplugin("xdist"):
+    if is_xdist_worker(config) or not config.pluginmanager.hasplugin("xdist"):
         return False
     if config.getoption("dist", "no") == "no" or not config.getoption("numprocesses", 0):
         return False
     if config.option.collectonly or config.getoption("shard_plan", False):
         return False
-    return is_configured(config.rootpath)
+    return settings_of(config).configured
 
 
 def _gave_dist(config: pytest.Config) -> bool:
@@ -151,12 +149,20 @@ def _gave_dist(config: pytest.Config) -> bool:
     return any(a == "-d" or a.startswith("--dist") for a in args)
 
 
+# trylast, and this module registered before remote-aware selection's (testharness.plugin): the
+# last configure of all, so pytest-testmon's selection and remote-aware selection's are known,
+# and no worker or Ray cluster has started yet: the moment to plan.
+@pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "uses_cuda: uses GPUs outside Ray's accounting (CUDA in the test process, or a child "
         "with its own Ray); under -n it holds every GPU of this node in the shared cluster",
     )
+    if _distributes(config) and not _plan_workers(config):
+        dsession = config.pluginmanager.get_plugin("dsession")
+        if dsession is not None:
+            config.pluginmanager.unregister(dsession)
     if _distributes(config):
         if config.getoption("dist") == "load" and not _gave_dist(config):
             config.option.dist = "loadfile"  # module fixtures once per file (see above)
@@ -166,12 +172,44 @@ def pytest_configure(config: pytest.Config) -> None:
             config.stash[_RUN].durations = _recorded_durations(config)
             config.option.loadscopereorder = False  # keep the workers' order (below)
         config.pluginmanager.register(_Controller(config.stash[_RUN]), f"testharness-parallel-{id(config)}")
-    elif _is_worker(config) and WORKERINPUT_KEY in config.workerinput:  # type: ignore[attr-defined]
+    elif is_xdist_worker(config) and WORKERINPUT_KEY in config.workerinput:  # type: ignore[attr-defined]
         spec = config.workerinput[WORKERINPUT_KEY]  # type: ignore[attr-defined]
         config.pluginmanager.register(
             _Worker(Path(spec["dir"]), int(spec["gpus"]), lease_timeout_s(dict(os.environ)), spec["durations"]),
             f"testharness-parallel-worker-{id(config)}",
         )
+
+
+def _plan_workers(config: pytest.Config) -> bool:
+    """Plan first: no more workers than the files to run (testharness.xdist_plan: loadfile,
+    the harness's default, hands out whole files). False: none to run, so no worker and no Ray
+    cluster (the caller removes xdist's session; the session runs in-process)."""
+    if _gave_dist(config) and config.getoption("dist") != "loadfile":
+        return True  # a --dist the user chose hands out tests, not files: xdist's count stands
+    testmon = config.pluginmanager.get_plugin("TestmonSelect")
+    selecting = testmon is not None and getattr(getattr(config, "testmon_config", None), "select", False)
+    files = files_to_run(
+        config.args, config.invocation_params.dir, config.rootpath, config.getini("python_files"),
+        config.getini("norecursedirs"), getattr(testmon, "deselected_files", ()) if selecting else (),
+    )  # fmt: skip
+    if files is None:
+        return True
+    files = {f for f in files if not file_left_out(config, config.rootpath / f)}  # e.g. mcore files by default
+    asked = int(config.getoption("numprocesses"))
+    workers = workers_for(asked, len(files))
+    if workers == asked:
+        return True
+    config.option.numprocesses = workers
+    config.option.tx = ["popen"] * workers
+    if workers == 0:  # pytest runs the (no) tests here
+        config.option.dist = "no"
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.showfspath = True
+        print("testharness: no test file to run: no xdist workers, no Ray cluster")
+        return False
+    print(f"testharness: {len(files)} test file(s) to run: {workers} xdist worker(s) instead of {asked}")
+    return True
 
 
 def _recorded_durations(config: pytest.Config) -> dict[str, float]:
@@ -227,7 +265,7 @@ class _Controller:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             pytest.exit(f"testharness: could not start the Ray cluster for -n: {first}", returncode=3)
         os.environ["RAY_ADDRESS"] = address  # the workers (spawned next) inherit it
-        _reassert_signal_handlers()
+        reassert_signal_handlers()  # ray.init replaced SIGTERM's handler
         where = "started" if run.started_here else "joined"
         print(f"testharness: {run.workers} xdist workers share the Ray cluster {where} at {address} "
               f"({run.gpus} GPU(s)); {order}")  # fmt: skip
@@ -251,13 +289,6 @@ class _Controller:
         if self.run.started_here and ray is not None:
             ray.shutdown()  # stops the cluster this process started
             os.environ.pop("RAY_ADDRESS", None)
-
-
-def _reassert_signal_handlers() -> None:
-    """ray.init replaced SIGTERM's handler; the harness's interrupt handling wants it back."""
-    interrupts = sys.modules.get("testharness.interrupts")
-    if interrupts is not None:
-        interrupts._reassert()
 
 
 # --- the workers ---------------------------------------------------------------------------

@@ -23,7 +23,9 @@ registers the groups' markers and its own (`run_first`, `num_gpus`), so a projec
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Collection, Sequence
+from pathlib import Path
 
 import pytest
 
@@ -55,6 +57,59 @@ def selected(markers: Collection[str], groups: Sequence[MarkerGroup], active: Co
     if not only_marks <= only_active:
         return False
     return all(g.name in active for g in groups if not g.only and g.name in markers)
+
+
+def _mark_names(nodes: Sequence[ast.expr]) -> set[str]:
+    """Names of `pytest.mark.x` / `pytest.mark.x(...)` expressions among `nodes`."""
+    names = set()
+    for node in nodes:
+        mark = node.func if isinstance(node, ast.Call) else node
+        if isinstance(mark, ast.Attribute) and isinstance(mark.value, ast.Attribute) and mark.value.attr == "mark":
+            names.add(mark.attr)
+    return names
+
+
+def _pytestmark(body: Sequence[ast.stmt]) -> set[str]:
+    names: set[str] = set()
+    for node in body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets):
+            names |= _mark_names(node.value.elts if isinstance(node.value, (ast.List, ast.Tuple)) else [node.value])
+    return names
+
+
+def module_marks(source: str) -> set[str]:
+    """The marker names every test of a test module carries (`pytestmark`, or a decorator all
+    its test functions and methods share), read without importing it (pure)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    per_test: list[set[str]] = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
+            per_test.append(_mark_names(node.decorator_list))
+        elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
+            marks = _mark_names(node.decorator_list) | _pytestmark(node.body)
+            per_test += [
+                marks | _mark_names(m.decorator_list)
+                for m in node.body
+                if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and m.name.startswith("test")
+            ]
+    return _pytestmark(tree.body) | (set.intersection(*per_test) if per_test else set())
+
+
+def file_left_out(config: pytest.Config, path: Path) -> bool:
+    """Whether this run's marker groups leave out every test of the test file at `path`: its
+    module marks name a group whose option is off (each of its tests carries that mark)."""
+    groups = _groups(config)
+    if not groups or config.getoption("markexpr", ""):
+        return False
+    try:
+        marks = module_marks(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
+        return False
+    active = _active(config)
+    return any(g.name in marks and g.name not in active for g in groups)
 
 
 def run_first_order(items: list[pytest.Item]) -> list[pytest.Item]:

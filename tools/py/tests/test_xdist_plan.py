@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from testharness.selection import module_marks
 from testharness.xdist_plan import files_to_run, workers_for
 
 PATTERNS = ["test_*.py", "*_test.py"]
@@ -44,3 +45,17 @@ def test_no_more_workers_than_files() -> None:
     assert workers_for(16, 3) == 3
     assert workers_for(2, 30) == 2
     assert workers_for(4, 0) == 0
+
+
+def test_the_marks_every_test_of_a_module_carries_are_read_without_importing_it() -> None:
+    assert module_marks("import pytest\npytestmark = [pytest.mark.mcore, pytest.mark.filterwarnings('x')]\n") == {
+        "mcore", "filterwarnings"}  # fmt: skip
+    shared = (
+        "import pytest\n@pytest.mark.hf_gated('a')\ndef test_a(): ...\n@pytest.mark.hf_gated('b')\ndef test_b(): ...\n"
+    )
+    assert module_marks(shared) == {"hf_gated"}
+    mixed = shared + "def test_c(): ...\n"
+    assert module_marks(mixed) == set()  # one test without it: the file is not left out
+    cls = "import pytest\n@pytest.mark.mcore\nclass TestX:\n    def test_a(self): ...\n"
+    assert module_marks(cls) == {"mcore"}
+    assert module_marks("def broken(:\n") == set()
