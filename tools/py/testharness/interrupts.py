@@ -220,9 +220,6 @@ def reassert_signal_handlers() -> None:
         _GUARD.assert_installed()
 
 
-_reassert = reassert_signal_handlers
-
-
 @pytest.hookimpl(wrapper=True)
 def pytest_fixture_setup() -> Generator[None, Any, Any]:
     try:
