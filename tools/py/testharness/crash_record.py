@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from testharness.atomic_io import hidden_temp_beside, write_json_atomic
-from testharness.results import MEMORY_RANK
+from testharness.results import more_telling
 
 # What run_unit's supervisor tells the pytest it starts (no pytest import here: run_unit's
 # --help needs neither pytest nor Ray).
@@ -273,8 +273,7 @@ class Carried:
             memory = line.get("memory")
             if isinstance(memory, list) and len(memory) == 2:
                 source, names = memory
-                if MEMORY_RANK.get(source, 0) > MEMORY_RANK.get(self.memory_source, 0):
-                    self.memory_source = source
+                self.memory_source = more_telling(self.memory_source, source)
                 self.gpu_names.update(n for n in names if isinstance(n, str))
 
     def failed(self) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import math
+import os
 import subprocess
 from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
@@ -87,19 +88,35 @@ def git_added_times(root: Path, paths: Iterable[str]) -> dict[str, float]:
     return times
 
 
-def test_files_under(roots: Iterable[Path], rootdir: Path, patterns: Iterable[str]) -> set[str]:
-    """Test files (names matching `patterns`, e.g. pytest's python_files) under `roots`, as
-    POSIX paths relative to `rootdir`: a key must not change with the tests a run selects."""
-    globs = list(patterns)
+def test_files_under(
+    roots: Iterable[Path], rootdir: Path, patterns: Iterable[str], norecurse: Iterable[str] = ()
+) -> set[str]:
+    """Test files under `roots` (files, or directories searched for names matching `patterns`,
+    e.g. pytest's python_files, skipping folders matching `norecurse`), as POSIX paths relative
+    to `rootdir`: a key must not change with the tests a run selects."""
+    globs, skip = list(patterns), list(norecurse)
     found: set[str] = set()
     for root in roots:
-        for path in root.rglob("*.py"):
-            if any(fnmatch.fnmatch(path.name, g) for g in globs):
-                try:
-                    found.add(path.relative_to(rootdir).as_posix())
-                except ValueError:
-                    found.add(path.as_posix())
+        if root.is_file():
+            found.add(_relative(root, rootdir))
+            continue
+        for folder, dirs, files in os.walk(root):
+            dirs[:] = [d for d in dirs if d != "__pycache__" and not any(fnmatch.fnmatch(d, g) for g in skip)]
+            found.update(
+                _relative(Path(folder) / f, rootdir)
+                for f in files
+                if f.endswith(".py") and any(fnmatch.fnmatch(f, g) for g in globs)
+            )
     return found
+
+
+def _relative(path: Path, rootdir: Path) -> str:
+    for base in (path, path.resolve()):
+        try:
+            return base.relative_to(rootdir if base is path else rootdir.resolve()).as_posix()
+        except ValueError:
+            continue
+    return path.as_posix()
 
 
 def clashing_test_files(

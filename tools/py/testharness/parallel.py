@@ -159,25 +159,29 @@ def pytest_configure(config: pytest.Config) -> None:
         "uses_cuda: uses GPUs outside Ray's accounting (CUDA in the test process, or a child "
         "with its own Ray); under -n it holds every GPU of this node in the shared cluster",
     )
-    if _distributes(config) and not _plan_workers(config):
-        dsession = config.pluginmanager.get_plugin("dsession")
-        if dsession is not None:
-            config.pluginmanager.unregister(dsession)
     if _distributes(config):
-        if config.getoption("dist") == "load" and not _gave_dist(config):
-            config.option.dist = "loadfile"  # module fixtures once per file (see above)
-        workers = int(config.getoption("numprocesses"))
-        config.stash[_RUN] = _Run(workers, Path(tempfile.mkdtemp(prefix="testharness_xdist_")))
-        if config.getoption("dist") == "loadfile":
-            config.stash[_RUN].durations = _recorded_durations(config)
-            config.option.loadscopereorder = False  # keep the workers' order (below)
-        config.pluginmanager.register(_Controller(config.stash[_RUN]), f"testharness-parallel-{id(config)}")
+        if _plan_workers(config):
+            _register_controller(config)
+        elif config.pluginmanager.get_plugin("dsession") is not None:
+            config.pluginmanager.unregister(name="dsession")  # nothing to run: in-process, no Ray
     elif is_xdist_worker(config) and WORKERINPUT_KEY in config.workerinput:  # type: ignore[attr-defined]
         spec = config.workerinput[WORKERINPUT_KEY]  # type: ignore[attr-defined]
         config.pluginmanager.register(
             _Worker(Path(spec["dir"]), int(spec["gpus"]), lease_timeout_s(dict(os.environ)), spec["durations"]),
             f"testharness-parallel-worker-{id(config)}",
         )
+
+
+def _register_controller(config: pytest.Config) -> None:
+    """The controller's part: loadfile by default, the durations, the Ray cluster at session start."""
+    if config.getoption("dist") == "load" and not _gave_dist(config):
+        config.option.dist = "loadfile"  # module fixtures once per file (see above)
+    workers = int(config.getoption("numprocesses"))
+    config.stash[_RUN] = _Run(workers, Path(tempfile.mkdtemp(prefix="testharness_xdist_")))
+    if config.getoption("dist") == "loadfile":
+        config.stash[_RUN].durations = _recorded_durations(config)
+        config.option.loadscopereorder = False  # keep the workers' order (below)
+    config.pluginmanager.register(_Controller(config.stash[_RUN]), f"testharness-parallel-{id(config)}")
 
 
 def _plan_workers(config: pytest.Config) -> bool:

@@ -386,8 +386,7 @@ class _Recorder:
         memory = get_extra(report, "testharness_memory")
         if isinstance(memory, list) and len(memory) == 2:  # what the worker's get_max_mem saw
             source, names = memory
-            if results.MEMORY_RANK.get(source, 0) > results.MEMORY_RANK.get(st.memory_source, 0):
-                st.memory_source = source
+            st.memory_source = results.more_telling(st.memory_source, source)
             st.gpu_names.update(names)
         # leaks, hang: set by testharness.hygiene (xdist carries them); crash: by
         # testharness.supervised on the report of a test that killed its xdist worker

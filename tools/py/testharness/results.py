@@ -37,6 +37,7 @@ __all__ = [  # write_json_atomic: re-exported for the tracker's summary file
     "DATED_DIR",
     "RESULTS_NAME",
     "MEMORY_RANK",
+    "more_telling",
     "OutcomeRecord",
     "ResultsFileError",
     "ResultsWriteError",
@@ -64,6 +65,11 @@ MEMORY_UNIT = "MiB"
 # Where memory figures came from, least telling first: the records of several processes
 # (xdist workers, a supervised run's rounds) merged keep the most telling source.
 MEMORY_RANK = {"none": 0, "rss": 1, "gpu": 2}
+
+
+def more_telling(source: str, other: str) -> str:
+    """Of two memory sources, the one whose figures say more (MEMORY_RANK)."""
+    return other if MEMORY_RANK.get(other, 0) > MEMORY_RANK.get(source, 0) else source
 
 
 class ResultsWriteError(OSError):

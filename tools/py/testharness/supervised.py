@@ -16,6 +16,7 @@ supervisor's verdict when it killed a stuck worker (`report.testharness_crash`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import faulthandler
 import json
 import os
@@ -46,8 +47,7 @@ def set_deadline(seconds: float | None) -> None:
     if _CURRENT is None or _CURRENT[1].pid != os.getpid():
         return
     directory, crumb = _CURRENT
-    deadline = None if seconds is None else time.time() + seconds
-    _CURRENT = (directory, crash_record.Breadcrumb(crumb.nodeid, crumb.key, crumb.pid, crumb.started, deadline))
+    _CURRENT = (directory, dataclasses.replace(crumb, deadline=None if seconds is None else time.time() + seconds))
     with contextlib.suppress(OSError):
         crash_record.write_breadcrumb(directory, _CURRENT[1])
 
@@ -68,8 +68,10 @@ class _Supervised:
         self.fault_file: IO[str] | None = None
         self.selected_written = False
         self.poisoned: str | None = None  # a sticky CUDA error a test left in this process
-        only = os.environ.get(ONLY_ENV)
+        only, carried = os.environ.get(ONLY_ENV), os.environ.get(CARRIED_ENV)
         self.only = frozenset(json.loads(Path(only).read_text(encoding="utf-8"))) if only else None
+        # What earlier rounds recorded: taken into this session's record by its owner.
+        self.carried = crash_record.Carried.read(Path(carried)) if carried and self.owner else None
 
     def _journal(self, entry: dict[str, Any]) -> None:
         if self.owner and os.getpid() == self.pid:
@@ -87,9 +89,8 @@ class _Supervised:
             faulthandler.enable(file=self.fault_file, all_threads=True)
             if signal.getsignal(DUMP_SIGNAL) == signal.SIG_DFL:
                 faulthandler.register(DUMP_SIGNAL, file=self.fault_file, all_threads=True)
-        carried = os.environ.get(CARRIED_ENV)
-        if carried and self.owner:
-            carry_in(self.config, crash_record.Carried.read(Path(carried)))
+        if self.carried is not None:
+            carry_in(self.config, self.carried)
         self._journal({"session": session_line(self.config)})
 
     # The outermost wrapper (registered after sharding's, also tryfirst): it filters after every
@@ -156,7 +157,7 @@ class _Supervised:
         if self.owner and report.when not in ("setup", "call", "teardown"):
             put_extra(report, "testharness_crash", self._worker_crash(report.nodeid))  # xdist: its worker died
         yield
-        if report.when == "teardown" or report.when not in ("setup", "call"):
+        if report.when not in ("setup", "call"):  # the teardown, or its worker's crash
             line = finished_line(self.config, report.nodeid)
             if line is not None:
                 self._journal(line)
@@ -178,10 +179,9 @@ class _Supervised:
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         # A test an earlier round lost with its process failed this run.
-        carried = os.environ.get(CARRIED_ENV)
-        if carried and self.owner and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
-            if crash_record.Carried.read(Path(carried)).failed():
-                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        lost = self.carried is not None and self.carried.failed()
+        if lost and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 # --- what the recorder holds, handed on (serially: to the next round; from the journal: to the
@@ -228,6 +228,5 @@ def carry_in(config: pytest.Config, carried: Carried) -> None:
         st.tests[nodeid] = results.OutcomeRecord.from_json(entry)
     with st.lock:
         st.metrics.update({key: dict(values) for key, values in carried.metrics.items()})
-    if results.MEMORY_RANK.get(carried.memory_source, 0) > results.MEMORY_RANK.get(st.memory_source, 0):
-        st.memory_source = carried.memory_source
+    st.memory_source = results.more_telling(st.memory_source, carried.memory_source)
     st.gpu_names.update(carried.gpu_names)

@@ -17,6 +17,7 @@ Files between the plugin and the supervisor: testharness.crash_record.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -87,7 +88,7 @@ def supervise(cmd: list[str], env: dict[str, str], tmp: Path) -> Outcome:
     carried = Carried()
     only: list[str] | None = None
     stop_at_failure = any(a in STOP_AT_FAILURE for a in cmd)
-    for n in range(1, 10_000):
+    for n in itertools.count(1):
         rnd = _Round(tmp / f"round{n}")
         rnd.directory.mkdir(parents=True)
         renv = {**env, SUPERVISE_DIR_ENV: str(rnd.directory), SUMMARY_FILE_ENV: str(rnd.directory / "summary.json")}
@@ -125,7 +126,7 @@ def supervise(cmd: list[str], env: dict[str, str], tmp: Path) -> Outcome:
             return _write_record(journal, carried)
         _say(f"run_unit: going on with the {len(remaining)} test(s) not run yet")
         only = remaining
-    raise AssertionError("unreachable")
+    raise AssertionError("itertools.count never ends")
 
 
 def _not_run(nodeid: str, cause: str) -> dict[str, Any]:
@@ -141,9 +142,9 @@ def _blame(rnd: _Round, journal: crash_record.Journal, code: int, carried: Carri
         if crumb.nodeid in journal.finished or crumb.nodeid in carried.tests:
             continue  # a worker crash xdist reported, or a process that ended between tests
         verdict = rnd.killed.get(crumb.pid)
-        stack = crash_record.read_fault(rnd.directory, crumb.pid)
+        stack = verdict["stack"] if verdict is not None else crash_record.read_fault(rnd.directory, crumb.pid)
         if verdict is not None:
-            cause, stack = verdict["cause"], verdict["stack"]
+            cause = verdict["cause"]
         elif crumb.pid == rnd.main_pid:
             fatal = crash_record.fault_cause(stack)
             cause = crash_record.exit_cause(code) + (f": {fatal}" if fatal else "")

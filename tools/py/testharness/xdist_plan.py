@@ -13,26 +13,11 @@ starts a worker for nothing, and a file missed runs on the workers there are.
 
 from __future__ import annotations
 
-import fnmatch
 import os
 from collections.abc import Iterable
 from pathlib import Path
 
-
-def _matches(name: str, patterns: Iterable[str]) -> bool:
-    return any(fnmatch.fnmatch(name, p) for p in patterns)
-
-
-def test_files_under(path: Path, patterns: Iterable[str], norecurse: Iterable[str]) -> list[Path]:
-    """The test files pytest would look at under `path` (a file or a directory)."""
-    patterns, norecurse = list(patterns), list(norecurse)
-    if path.is_file():
-        return [path]
-    found: list[Path] = []
-    for folder, dirs, files in os.walk(path):
-        dirs[:] = sorted(d for d in dirs if not _matches(d, norecurse) and d != "__pycache__")
-        found += [Path(folder) / f for f in sorted(files) if f.endswith(".py") and _matches(f, patterns)]
-    return found
+from testharness.metrics import test_files_under
 
 
 def files_to_run(
@@ -47,19 +32,10 @@ def files_to_run(
     the positional `args` (paths, or node ids `file::test`) that are not `skipped`. None when an
     argument names nothing on disk: no plan then, the run goes as asked."""
     skip = {s.replace(os.sep, "/") for s in skipped}
-    files: set[str] = set()
-    for arg in args:
-        path = invocation_dir / arg.split("::", 1)[0]
-        if not path.exists():
-            return None
-        for file in test_files_under(path, patterns, norecurse):
-            try:
-                rel = file.resolve().relative_to(rootdir.resolve()).as_posix()
-            except ValueError:
-                rel = file.resolve().as_posix()
-            if rel not in skip:
-                files.add(rel)
-    return files
+    paths = [invocation_dir / arg.split("::", 1)[0] for arg in args]
+    if not all(path.exists() for path in paths):
+        return None
+    return test_files_under(paths, rootdir, patterns, norecurse) - skip
 
 
 def workers_for(requested: int, files: int) -> int:

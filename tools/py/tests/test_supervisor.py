@@ -41,10 +41,10 @@ def test_n(i, tracker):
 HYGIENE_TIMEOUT = "\n[tool.testharness.hygiene]\ntimeout = 5\n"
 
 
-def _run_unit(root: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+def _run_unit(root: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["bash", str(RUN_UNIT), "-p", "no:randomly", "-p", "no:cacheprovider", *args],
-        cwd=root, env=run_env(root), capture_output=True, text=True, timeout=timeout,
+        cwd=root, env={**run_env(root), **env}, capture_output=True, text=True, timeout=240,
     )  # fmt: skip
 
 
@@ -128,8 +128,6 @@ def test_a_crash_in_the_last_test_is_recorded_by_the_supervisor(tmp_path: Path) 
 POISONS = """
 import os
 
-PIDS = []
-
 def test_before():
     pass
 
@@ -173,9 +171,7 @@ def test_a_shard_goes_on_with_its_own_tests_only(tmp_path: Path) -> None:
     assert _run_unit(root, "--shard", "1/2").returncode == 0
     shard = list(read_results(root)["tests"])
     assert 0 < len(shard) < 8
-    env = {**run_env(root), "CRASH_AT": shard[0]}
-    proc = subprocess.run(["bash", str(RUN_UNIT), "-p", "no:randomly", "--shard", "1/2"], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=240)  # fmt: skip
+    proc = _run_unit(root, "--shard", "1/2", CRASH_AT=shard[0])
     assert proc.returncode == 1, proc.stdout + proc.stderr
     doc = read_results(root)
     assert list(doc["tests"]) == shard and doc["shard"] == "1/2"
