@@ -3,8 +3,10 @@ failed once and never run again, the rest of its file runs on another worker, ea
 other files go on, and the run exits 1, never in INTERNALERROR.
 
 Real pytest-xdist runs (joining a Ray cluster a helper process holds), real crashes: a
-segfault (`ctypes.string_at(0)`), `os._exit(0)` and SIGKILL. Each once with a results history
-(the harness's longest-first scheduler) and once without (crash-safe loadfile in xdist's order).
+segfault (`ctypes.string_at(0)`), `os._exit(0)` and SIGKILL. The three crashes once with a
+results history (the harness's longest-first scheduler) and once without (crash-safe loadfile in
+xdist's order); the two narrower cases in one of the two each, as both share requeue_after_crash
+and the crash hook that releases the run_first barrier.
 Every test appends its worker's name to `ran_<test>`, so a file of one line is one run.
 """
 
@@ -109,16 +111,10 @@ def _assert_crashed(root: Path, out: str, nodeid: str) -> None:
     assert entry["outcome"] == "failed" and entry["attempts"] == ["failed"], entry
 
 
-HISTORY = pytest.mark.parametrize("history", [True, False], ids=["history", "no-history"])
-
-
-@HISTORY
-def test_the_rest_of_a_crashed_file_runs_on_a_fresh_worker_once(
-    tmp_path: Path, shared_head: Head, history: bool
-) -> None:
+def test_the_rest_of_a_crashed_file_runs_on_a_fresh_worker_once(tmp_path: Path, shared_head: Head) -> None:
     tests = {str(i): "" for i in range(1, 7)}
     tests["3"] = SEGFAULT
-    root, out = _run(tmp_path, shared_head, {"test_six": tests}, history)
+    root, out = _run(tmp_path, shared_head, {"test_six": tests}, history=False)
     _assert_crashed(root, out, "tests/test_six.py::test_3")
     ran = {t: _workers(root, t) for t in tests}
     assert all(len(workers) == 1 for workers in ran.values()), ran  # each test once
@@ -132,7 +128,7 @@ def test_the_rest_of_a_crashed_file_runs_on_a_fresh_worker_once(
     assert "1 failed, 5 passed" in out, out
 
 
-@HISTORY
+@pytest.mark.parametrize("history", [True, False], ids=["history", "no-history"])
 def test_three_crashes_in_two_files_and_every_test_runs_once(tmp_path: Path, shared_head: Head, history: bool) -> None:
     files = {
         "test_a": {"a1": "", "a2": SEGFAULT, "a3": "", "a4": EXIT, "a5": ""},
@@ -153,17 +149,14 @@ def test_three_crashes_in_two_files_and_every_test_runs_once(tmp_path: Path, sha
     assert "3 failed, 10 passed" in out, out
 
 
-@HISTORY
-def test_a_run_first_test_that_crashes_holds_no_other_test_back(
-    tmp_path: Path, shared_head: Head, history: bool
-) -> None:
+def test_a_run_first_test_that_crashes_holds_no_other_test_back(tmp_path: Path, shared_head: Head) -> None:
     # Every other test waits for the run_first tests to finish (up to an hour): a crashed one
     # has finished.
     files = {
         "test_first": {"first": f"@pytest.mark.run_first\n{SEGFAULT}", "after": ""},
         "test_other": {"o1": "", "o2": ""},
     }
-    root, out = _run(tmp_path, shared_head, files, history)
+    root, out = _run(tmp_path, shared_head, files, history=True)
     _assert_crashed(root, out, "tests/test_first.py::test_first")
     assert all(len(_workers(root, t)) == 1 for t in ("after", "o1", "o2"))
     assert "1 failed, 3 passed" in out, out
