@@ -79,6 +79,7 @@ class ClusterInfo:
     num_gpus: float
 
 
+# The harness has its own (testharness.real_ray): the library never imports the harness, nor the harness the library.
 def _reachable(address: str, timeout_s: float = 1.0) -> bool:
     host, _, port = address.rpartition(":")
     try:

@@ -1,8 +1,8 @@
 """GPU memory and names, cluster-wide through Ray, with a CPU fallback.
 
-The pure part reads this machine (pynvml from nvidia-ml-py, psutil, /proc); the Ray adapter
-runs the same reading on every alive node with a zero-CPU task pinned to that node. Nothing
-here raises for lack of a GPU or a driver: no GPU simply means an empty reading.
+The pure part reads this machine (pynvml from nvidia-ml-py, psutil, /proc); through Ray the
+same reading runs on every alive node, in a zero-CPU task pinned there (real_ray.on_node).
+Nothing here raises for lack of a GPU or a driver: no GPU simply means an empty reading.
 """
 
 from __future__ import annotations
@@ -127,32 +127,21 @@ def combine(nodes: list[NodeReading], driver_peak_rss_mib: float) -> MemoryReadi
     return MemoryReading(max([driver_peak_rss_mib, *workers]), "rss", names)
 
 
-# --- Ray adapter -------------------------------------------------------------------------
-
-
-def ray_connected() -> bool:
-    """Whether this process is connected to a Ray cluster (never imports Ray itself; a
-    stand-in in sys.modules["ray"] is no Ray: real_ray)."""
-    return real_ray.connected() is not None
+# --- through Ray (real_ray) ------------------------------------------------------------------
 
 
 def cluster_readings(timeout_s: float = 60.0) -> list[NodeReading]:
-    """One reading per alive node of the connected Ray cluster, else this machine's only."""
+    """One reading per alive node of the connected Ray cluster (a zero-CPU task pinned to
+    each), else this machine's only."""
     ray = real_ray.connected()
     if ray is None:
         return [read_node()]
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    remote = ray.remote(num_cpus=0)(_node_task())
-    refs = [
-        remote.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote()
-        for node in ray.nodes()
-        if node.get("Alive")
-    ]
+    task = _node_task()
+    refs = [real_ray.on_node(ray, task, node).remote() for node in real_ray.alive_node_ids(ray)]
     try:
         out = ray.get(refs, timeout=timeout_s)
-    except Exception:
-        return [read_node()]  # a node that cannot answer must not fail the test
+    except Exception:  # noqa: BLE001  a node that cannot answer (any Ray error) must not fail the test
+        return [read_node()]
     return [NodeReading(list(u), list(n), float(w)) for u, n, w in out]
 
 
@@ -221,7 +210,7 @@ def cluster_gpu_count() -> int:
     ray = real_ray.connected()
     if ray is not None:
         try:
-            return int(ray.cluster_resources().get("GPU", 0))  # type: ignore[no-untyped-call,unused-ignore]
+            return real_ray.cluster_gpus(ray)
         except Exception:  # noqa: BLE001  a cluster going away (any Ray error): this machine's count
             pass
     return local_gpu_count()

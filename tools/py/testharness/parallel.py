@@ -47,13 +47,12 @@ controller writes; workers send what they measured with their reports).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Generator, Iterator
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -356,21 +355,13 @@ def hold_node_gpus(timeout_s: float, release_file: Path) -> bool:
     ray, _ = real_ray.load()
     if ray is None:
         return False  # Ray blocked or replaced by a stand-in in this process: nothing to lease with
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    with _connected(ray):
-        node_id = ray.get_runtime_context().get_node_id()
-        gpus = next((n["Resources"].get("GPU", 0) for n in ray.nodes() if n["NodeID"] == node_id), 0)
+    with real_ray.joined(ray):
+        node_id = real_ray.this_node_id(ray)
+        gpus = real_ray.node_gpus(ray, node_id)
         if not gpus:
             return False
-        lease: Any = (
-            ray.remote(num_cpus=0)(_placeholder())
-            .options(
-                num_gpus=gpus,
-                lifetime="detached",
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-            )
-            .remote(str(release_file), os.getpid())
+        lease: Any = real_ray.on_node(ray, _placeholder(), node_id, num_gpus=gpus, lifetime="detached").remote(
+            str(release_file), os.getpid()
         )
         try:
             ray.get(lease.held.remote(), timeout=timeout_s)
@@ -381,19 +372,6 @@ def hold_node_gpus(timeout_s: float, release_file: Path) -> bool:
                 f"set {LEASE_TIMEOUT_ENV} to wait longer"
             ) from None
     return True
-
-
-@contextlib.contextmanager
-def _connected(ray: Any) -> Iterator[None]:
-    """Connected to the shared cluster for the block; disconnected after it if we connected."""
-    if ray.is_initialized():
-        yield
-        return
-    ray.init(address=os.environ.get("RAY_ADDRESS") or "auto", log_to_driver=False)
-    try:
-        yield
-    finally:
-        ray.shutdown()
 
 
 def _placeholder() -> type:

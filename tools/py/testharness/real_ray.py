@@ -1,4 +1,6 @@
-"""The real Ray, or None: the check before the harness calls into a `ray` module.
+"""The harness's one door into Ray: is `ray` the real Ray, and every call the harness makes
+into it that is more than `ray.get`/`ray.remote` (connections, the cluster's GPUs, tasks
+pinned to a node, and Ray's private API).
 
 Where the harness is merely installed, the project's `ray` may be anything: not installed,
 blocked (`sys.modules["ray"] = None`), or a stand-in its tests put in `sys.modules["ray"]`
@@ -11,16 +13,27 @@ loaded from a package's `__init__.py`, whose compiled core `ray._raylet` was imp
 same folder, with the functions the harness calls. A stand-in has none of that; a Ray still in
 the middle of its own import (an audit hook firing inside it) is not yet usable and counts as
 absent too.
+
+Ray's private API (`ray._private`, the GCS's protobuf messages in `ray.core.generated`) is
+used here and nowhere else in the harness. It changes between Ray releases (the range tested
+is declared in tools/py/pyproject.toml): each such call says what it falls back to where this
+Ray differs, and none of them can fail a test or lose its record.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
+import socket
 import sys
+from collections.abc import Iterator
 from importlib.machinery import ModuleSpec
 from types import ModuleType
-from typing import TypeGuard
+from typing import TYPE_CHECKING, Any, TypeGuard
+
+if TYPE_CHECKING:
+    from testharness.hygiene.core import Actor, Group
 
 _USED = ("is_initialized", "init", "get", "remote", "nodes", "shutdown", "get_runtime_context")
 
@@ -79,3 +92,214 @@ def load() -> tuple[ModuleType | None, str]:
         where = getattr(module, "__file__", None) or type(module).__name__
         return None, f"the `ray` this process imports is not Ray ({where})"
     return module, ""
+
+
+# --- connections -------------------------------------------------------------------------
+
+
+def reachable(address: str, timeout_s: float = 1.0) -> bool:
+    """Whether something answers at `host:port` (a head's GCS port), within `timeout_s`."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        return False
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def local_head_address() -> str | None:
+    """The address a `ray start --head` on this machine recorded, if that head answers.
+
+    Only `ray start` writes this record, so a Ray instance that another pytest session started
+    in-process (and will stop) is never joined; a killed head's stale record is not trusted.
+    Never imports Ray when it is not installed; None where this Ray differs."""
+    try:
+        from ray._private.services import find_bootstrap_address
+
+        address = find_bootstrap_address(None)
+    except Exception:  # noqa: BLE001  not installed, or Ray's private API differs between releases: no head found
+        return None
+    return address if address and reachable(address) else None
+
+
+@contextlib.contextmanager
+def joined(ray: ModuleType, address: str | None = None, **init_kwargs: Any) -> Iterator[ModuleType]:
+    """Connected to a cluster for the block: the one this process is connected to, else the
+    one at `address` (default $RAY_ADDRESS, else "auto": this machine's head), joined for the
+    block and left after it. Errors of `ray.init` are the caller's."""
+    if ray.is_initialized():
+        yield ray
+        return
+    ray.init(address=address or os.environ.get("RAY_ADDRESS") or "auto", log_to_driver=False, **init_kwargs)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+# --- the cluster ---------------------------------------------------------------------------
+
+
+def cluster_gpus(ray: ModuleType) -> int:
+    """GPUs of the cluster this process is connected to (the total of its resources)."""
+    return int(ray.cluster_resources().get("GPU", 0))
+
+
+def gpus_of_cluster_at(address: str) -> int:
+    """Join the cluster at `address`, count its GPUs, leave it. Raises what joining raised
+    (RuntimeError, one line, when there is no real Ray to join with)."""
+    import logging
+
+    ray, why_not = load()
+    if ray is None:
+        raise RuntimeError(why_not)
+    with joined(ray, address, logging_level=logging.ERROR):
+        return cluster_gpus(ray)
+
+
+def this_node_id(ray: ModuleType) -> str:
+    """The id (hex) of the node this process runs on."""
+    return str(ray.get_runtime_context().get_node_id())
+
+
+def alive_node_ids(ray: ModuleType) -> list[str]:
+    """The ids (hex) of the cluster's alive nodes."""
+    return [str(node["NodeID"]) for node in ray.nodes() if node.get("Alive")]
+
+
+def node_gpus(ray: ModuleType, node_id: str) -> float:
+    """The GPUs node `node_id` has (0 when it has none or is not in the cluster)."""
+    return float(next((n["Resources"].get("GPU", 0) for n in ray.nodes() if n["NodeID"] == node_id), 0))
+
+
+def on_node(ray: ModuleType, target: Any, node_id: str, **options: Any) -> Any:
+    """`target` (a function or a class) as a zero-CPU Ray task or actor pinned to node
+    `node_id` (hard affinity: it runs there or fails), with Ray's `options` (num_gpus,
+    lifetime, ...): call `.remote(...)` on what comes back. A zero-CPU task never waits for
+    the CPUs the tests' own actors hold. Build `target` inside a function, so cloudpickle
+    ships it by value and the Ray workers need not import the harness."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    pinned = NodeAffinitySchedulingStrategy(node_id, soft=False)
+    return ray.remote(num_cpus=0)(target).options(scheduling_strategy=pinned, **options)
+
+
+# --- Ray's private API: what the GCS and the core worker know ---------------------------------
+
+
+def _gcs() -> Any:
+    # The GCS client this driver already holds (what `ray.util.state` falls back on without the
+    # dashboard; the state API itself needs `ray[default]`, a dashboard and an HTTP round trip).
+    from ray._private import state as ray_state
+
+    state = ray_state.state
+    connect = getattr(state, "_connect_and_get_accessor", None)
+    if connect is not None:
+        return connect()
+    state._check_connected()  # Ray 2.40: made on first use, then an attribute
+    return state.global_state_accessor
+
+
+def job_actors(ray: ModuleType, job_hex: str) -> dict[str, Actor]:
+    """Every actor of job `job_hex` that is not dead (pending, alive or restarting), from the
+    GCS. Raises where the cluster is going away or this Ray differs: the caller falls back."""
+    from ray.core.generated import gcs_pb2
+
+    from testharness.hygiene.core import Actor
+
+    table = gcs_pb2.ActorTableData  # type: ignore[attr-defined,unused-ignore]
+    actors = {}
+    for blob in _gcs().get_actor_table(ray.JobID.from_hex(job_hex), None):
+        data = table.FromString(blob)
+        if data.state == table.DEAD:
+            continue
+        actor_id = data.actor_id.hex()
+        actors[actor_id] = Actor(
+            id=actor_id,
+            class_name=data.class_name,
+            pid=int(data.pid),
+            node_id=_node_of(data.address),
+            name=data.name,
+            namespace=data.ray_namespace if data.name else "",
+            detached=bool(data.is_detached),
+            state=table.ActorState.Name(data.state),
+        )
+    return actors
+
+
+def _node_of(address: Any) -> str:
+    # A worker's address names its node `node_id`; `raylet_id` in Ray 2.40.
+    field = "node_id" if "node_id" in address.DESCRIPTOR.fields_by_name else "raylet_id"
+    return str(getattr(address, field).hex())
+
+
+def job_placement_groups(job_hex: str) -> dict[str, Group]:
+    """Placement groups job `job_hex` created that are not removed, from the GCS. Raises where
+    the cluster is going away or this Ray differs: the caller falls back."""
+    from ray.core.generated import common_pb2, gcs_pb2
+
+    from testharness.hygiene.core import Group
+
+    table = gcs_pb2.PlacementGroupTableData  # type: ignore[attr-defined,unused-ignore]
+    groups = {}
+    for blob in _gcs().get_placement_group_table():
+        data = table.FromString(blob)
+        if data.state == table.REMOVED or data.creator_job_id.hex() != job_hex:
+            continue
+        group_id = data.placement_group_id.hex()
+        groups[group_id] = Group(
+            id=group_id,
+            name=data.name,
+            strategy=common_pb2.PlacementStrategy.Name(data.strategy),  # type: ignore[attr-defined,unused-ignore]
+            bundles=len(data.bundles),
+            state=table.PlacementGroupState.Name(data.state),
+        )
+    return groups
+
+
+def raylet_socket_name(ray: ModuleType) -> str | None:
+    """The socket of the raylet this driver talks to (it names that raylet's process); None
+    where this Ray differs."""
+    try:
+        return str(ray._private.worker.global_worker.node.raylet_socket_name)
+    except Exception:  # noqa: BLE001  Ray's private API differs between releases
+        return None
+
+
+def kill_actor(ray: ModuleType, actor_hex: str) -> None:
+    """Kill an actor by its id, no restart (what `ray.kill` does with a handle). Raises when
+    it cannot (already dead, or this Ray differs): the caller then ends the process by pid."""
+    core = ray._private.worker.global_worker.core_worker
+    core.kill_actor(ray.ActorID.from_hex(actor_hex), True)
+
+
+def owned_refs(ray: ModuleType) -> list[Any] | None:
+    """An ObjectRef for every object this process owns a reference to (the results of its
+    unfinished tasks among them); None where this Ray differs."""
+    try:
+        ids = list(ray._private.worker.global_worker.core_worker.get_all_reference_counts())
+    except Exception:  # noqa: BLE001  Ray's private API differs between releases
+        return None
+    refs = []
+    for object_id in ids:
+        # keys are hex text (bytes in Ray 2.x); an ObjectRef takes the 28 raw bytes
+        text = object_id.decode() if isinstance(object_id, bytes) else str(object_id)
+        try:
+            refs.append(ray.ObjectRef(bytes.fromhex(text)))
+        except Exception:  # noqa: BLE001  a key of another form: not a task's result to cancel
+            continue
+    return refs
+
+
+def task_function_manager() -> type | None:
+    """Ray's FunctionActorManager class, whose `get_execution_info` hands a worker the function
+    of each task it runs (remote_select's worker tracer wraps it); None where this Ray has none.
+    The class travels to the workers by reference (its module is Ray's, which they import)."""
+    try:
+        from ray._private import function_manager
+    except ImportError:  # not installed, or Ray's private API differs between releases
+        return None
+    manager = getattr(function_manager, "FunctionActorManager", None)
+    return manager if isinstance(manager, type) else None

@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from testharness import gpu, metrics, results
+from testharness import gpu, metrics, real_ray, results
 from testharness.contract import get_extra, is_xdist_worker, put_extra, settings_of
 from testharness.crash_record import SUMMARY_FILE_ENV  # the summary: run_unit reads it
 from testharness.settings import Settings, session_in_scope
@@ -413,7 +413,7 @@ class _Recorder:
     def pytest_runtest_teardown(self, item: pytest.Item) -> None:
         # Read the cluster's GPU names once while Ray is surely up: the last test's teardown
         # also tears down the session fixture that stops Ray.
-        if not self.st.cluster_read and gpu.ray_connected():
+        if not self.st.cluster_read and real_ray.connected() is not None:
             self.st.cluster_read = True
             try:
                 for node in gpu.cluster_readings():

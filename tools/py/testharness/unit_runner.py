@@ -7,10 +7,8 @@ test assets, the pytest command, and what pytest's exit code means for the scrip
 from __future__ import annotations
 
 import glob
-import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -219,53 +217,18 @@ def pytest_command(plan: Plan, settings: Settings, cwd: Path) -> list[str]:
 # --- Ray and GPUs ------------------------------------------------------------------------
 
 
-def _reachable(address: str, timeout_s: float = 1.0) -> bool:
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        return False
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout_s):
-            return True
-    except OSError:
-        return False
-
-
-def local_head_address() -> str | None:
-    """The address a `ray start --head` on this machine recorded, if that head answers.
-
-    Only `ray start` writes this file, so a Ray instance that another pytest session started
-    in-process (and will stop) is never joined.
-    """
-    try:
-        from ray._private.services import find_bootstrap_address
-
-        address = find_bootstrap_address(None)
-    except Exception:  # noqa: BLE001  Ray's private API differs between releases: no head found
-        return None
-    return address if address and _reachable(address) else None
-
-
-def cluster_gpu_count(address: str) -> int | None:
-    """GPUs of the Ray cluster at `address` (None if it cannot be joined)."""
-    try:
-        import ray
-
-        ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
-        try:
-            return int(ray.cluster_resources().get("GPU", 0))  # type: ignore[no-untyped-call,unused-ignore]
-        finally:
-            ray.shutdown()
-    except Exception as exc:  # noqa: BLE001  any Ray error joining: said in one line, CPU count instead
-        print(f"run_unit: could not join the Ray cluster at {address}: {exc}", file=sys.stderr)
-        return None
-
-
 def discover(env: dict[str, str]) -> tuple[str | None, int]:
-    """(Ray address to join or None, GPUs available to the tests)."""
-    from testharness import gpu
+    """(Ray address to join or None, GPUs available to the tests): $RAY_ADDRESS, else this
+    machine's `ray start` head; that cluster's GPUs, else this machine's."""
+    from testharness import gpu, real_ray
 
-    address = env.get("RAY_ADDRESS") or local_head_address()
-    count = cluster_gpu_count(address) if address else None
+    address = env.get("RAY_ADDRESS") or real_ray.local_head_address()
+    count = None
+    if address:
+        try:
+            count = real_ray.gpus_of_cluster_at(address)
+        except Exception as exc:  # noqa: BLE001  any Ray error joining: said in one line, this machine's count instead
+            print(f"run_unit: could not join the Ray cluster at {address}: {exc}", file=sys.stderr)
     if count is None:
         count = gpu.local_gpu_count()
     return address, count

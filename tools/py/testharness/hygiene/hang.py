@@ -8,7 +8,7 @@ did not configure (RAY_ADDRESS) or from a different environment. Where py-spy ma
 (ptrace forbidden: kernel.yama.ptrace_scope >= 1 without CAP_SYS_PTRACE), the stack entry says
 so and the reason still names the actor class and method from the worker's process title
 (`ray::Class.method`). Workers on other nodes are dumped by a zero-CPU Ray task pinned to the
-node, which runs py-spy there.
+node (real_ray.on_node), which runs py-spy there.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from testharness import real_ray
 from testharness.hygiene import probe
 from testharness.hygiene.core import (
     Actor,
@@ -84,11 +85,9 @@ def _stack(label: str, pid: int, result: tuple[int, str, str], root: str, actor_
         return Stack(label, pid, error=str(exc), actor_class=actor_class)
 
 
-def _remote_dump(node_id: str, pids: list[int], exe: str | None) -> list[tuple[int, str, str]]:
-    """py-spy on another node, from a zero-CPU task pinned there (built in a function so
+def _remote_dump(ray: Any, node_id: str, pids: list[int], exe: str | None) -> list[tuple[int, str, str]]:
+    """py-spy on another node, from a zero-CPU task pinned there (built in this function so
     cloudpickle ships it by value: workers need not import testharness)."""
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     def dump(pids: list[int], exe: str | None) -> list[tuple[int, str, str]]:
         import subprocess as sp
@@ -103,20 +102,18 @@ def _remote_dump(node_id: str, pids: list[int], exe: str | None) -> list[tuple[i
                 out.append((1, "", str(exc)))
         return out
 
-    task: Any = ray.remote(num_cpus=0)(dump).options(
-        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)
-    )
     try:
+        task = real_ray.on_node(ray, dump, node_id)
         return list(ray.get(task.remote(pids, exe), timeout=PYSPY_TIMEOUT_S + 10))
     except Exception as exc:  # noqa: BLE001  a node that cannot answer (any Ray error): said in its stacks
         return [(1, "", f"could not reach node {node_id[:8]}: {exc}")] * len(pids)
 
 
 def _local_raylet_pid(ray: Any) -> int | None:
-    """This node's raylet: the process started with this driver's raylet socket."""
-    try:
-        socket_name = str(ray._private.worker.global_worker.node.raylet_socket_name)
-    except Exception:  # noqa: BLE001  Ray's private API differs between releases: no raylet, no task workers
+    """This node's raylet: the process started with this driver's raylet socket (None where
+    this Ray does not say which: then no task workers are dumped)."""
+    socket_name = real_ray.raylet_socket_name(ray)
+    if socket_name is None:
         return None
     for entry in os.listdir("/proc"):
         if entry.isdigit() and f"--raylet_socket_name={socket_name}" in probe._title(int(entry)):
@@ -181,13 +178,13 @@ def diagnose(
     stacks: list[Stack] = [driver]
     actors: list[Actor] = []
     tasks: list[Proc] = []
-    ray = probe.ray_connected()
+    ray = real_ray.connected()
     exe = pyspy_path()
     if ray is not None:
         try:
             job = probe.job_id_hex(ray)
-            actors = sorted(probe.read_actors(ray, job).values(), key=lambda a: (a.class_name, a.id))
-            here = str(ray.get_runtime_context().get_node_id())
+            actors = sorted(real_ray.job_actors(ray, job).values(), key=lambda a: (a.class_name, a.id))
+            here = real_ray.this_node_id(ray)
             tasks = _task_workers(_local_raylet_pid(ray), {a.pid for a in actors if a.node_id == here}, job)
         except Exception:  # noqa: BLE001  a cluster going away (any Ray error): the test process's stack alone
             actors, tasks, here = [], [], ""
@@ -200,7 +197,7 @@ def diagnose(
             local_results = list(pool.map(lambda p: _run_pyspy(exe, p), [a.pid for a in local]))
             task_results = list(pool.map(lambda p: _run_pyspy(exe, p.pid), tasks))
             remote_results = {
-                n: pool.submit(_remote_dump, n, [a.pid for a in group], exe) for n, group in remote.items()
+                n: pool.submit(_remote_dump, ray, n, [a.pid for a in group], exe) for n, group in remote.items()
             }
             for a, res in zip(local, local_results, strict=True):
                 stacks.append(_stack(_actor_label(a), a.pid, res, root, a.class_name))
@@ -243,17 +240,13 @@ def _actor_label(a: Actor) -> str:
 
 def end_actors(actors: list[Actor]) -> None:
     """Kill actors by id, no restart (what ray.kill does with a handle)."""
-    ray = probe.ray_connected()
+    ray = real_ray.connected()
     if ray is None:
         return
-    try:
-        core = ray._private.worker.global_worker.core_worker
-    except Exception:  # noqa: BLE001  Ray's private API differs between releases: kill by pid below
-        core = None
     for a in actors:
         try:
-            core.kill_actor(ray.ActorID.from_hex(a.id), True)
-        except Exception:  # noqa: BLE001  already dead, or no core worker: the process, by pid
+            real_ray.kill_actor(ray, a.id)
+        except Exception:  # noqa: BLE001  already dead, or this Ray's private API differs: the process, by pid
             try:  # a local process at least
                 if a.pid:
                     os.kill(a.pid, signal.SIGKILL)
@@ -264,18 +257,12 @@ def end_actors(actors: list[Actor]) -> None:
 def cancel_tasks() -> None:
     """Cancel (force: the worker is ended, the task not retried) every task this process owns
     that has not finished; a killed task worker would only be retried by Ray."""
-    ray = probe.ray_connected()
+    ray = real_ray.connected()
     if ray is None:
         return
-    try:
-        ids = list(ray._private.worker.global_worker.core_worker.get_all_reference_counts())
-    except Exception:  # noqa: BLE001  Ray's private API differs between releases: nothing to cancel
-        return
-    for object_id in ids:
+    for ref in real_ray.owned_refs(ray) or []:  # None: this Ray's private API differs, nothing to cancel
         try:
-            # keys are hex text (bytes in Ray 2.x); an ObjectRef takes the 28 raw bytes
-            text = object_id.decode() if isinstance(object_id, bytes) else str(object_id)
-            ray.cancel(ray.ObjectRef(bytes.fromhex(text)), force=True, recursive=True)
+            ray.cancel(ref, force=True, recursive=True)
         except Exception:  # finished, an actor task (its actor is killed instead), a ray.put object
             continue
 

@@ -6,9 +6,9 @@ bench/hygiene_overhead.py): one GCS call for the job's actors, one for placement
 of /proc/<pid>/task/*/children from this process, and NVML's counters with NVML left open.
 
 Actors and placement groups are read from the GCS through the client Ray already holds for
-this driver (`ray._private.state`, what `ray.util.state` falls back on without the dashboard;
-the state API itself needs `ray[default]` and a dashboard, and costs an HTTP round trip). Only
-this driver's job is read, so xdist workers sharing one cluster never see each other's actors.
+this driver (real_ray.job_actors, real_ray.job_placement_groups: Ray's private API, one GCS
+call each). Only this driver's job is read, so xdist workers sharing one cluster never see
+each other's actors.
 """
 
 from __future__ import annotations
@@ -22,65 +22,8 @@ from testharness.hygiene.core import Actor, Group, Proc, Snapshot
 MIB = 1024 * 1024
 
 
-def ray_connected() -> Any:
-    """The ray module when this process is connected to a cluster, else None (never imports
-    it; a stand-in in sys.modules["ray"] is no Ray: real_ray)."""
-    return real_ray.connected()
-
-
 def job_id_hex(ray: Any) -> str:
     return str(ray.get_runtime_context().get_job_id())
-
-
-def _accessor() -> Any:
-    from ray._private import state as ray_state
-
-    return ray_state.state._connect_and_get_accessor()
-
-
-def read_actors(ray: Any, job_hex: str) -> dict[str, Actor]:
-    """Every actor of this job that is not dead (pending, alive or restarting)."""
-    from ray.core.generated import gcs_pb2
-
-    raw = _accessor().get_actor_table(ray.JobID.from_hex(job_hex), None)
-    actors = {}
-    for blob in raw:
-        data = gcs_pb2.ActorTableData.FromString(blob)  # type: ignore[attr-defined,unused-ignore]
-        if data.state == gcs_pb2.ActorTableData.DEAD:  # type: ignore[attr-defined,unused-ignore]
-            continue
-        actor_id = data.actor_id.hex()
-        actors[actor_id] = Actor(
-            id=actor_id,
-            class_name=data.class_name,
-            pid=int(data.pid),
-            node_id=data.address.node_id.hex(),
-            name=data.name,
-            namespace=data.ray_namespace if data.name else "",
-            detached=bool(data.is_detached),
-            state=gcs_pb2.ActorTableData.ActorState.Name(data.state),  # type: ignore[attr-defined,unused-ignore]
-        )
-    return actors
-
-
-def read_groups(job_hex: str) -> dict[str, Group]:
-    """Placement groups this job created that are not removed."""
-    from ray.core.generated import common_pb2, gcs_pb2
-
-    table = gcs_pb2.PlacementGroupTableData  # type: ignore[attr-defined,unused-ignore]
-    groups = {}
-    for blob in _accessor().get_placement_group_table():
-        data = table.FromString(blob)
-        if data.state == table.REMOVED or data.creator_job_id.hex() != job_hex:
-            continue
-        group_id = data.placement_group_id.hex()
-        groups[group_id] = Group(
-            id=group_id,
-            name=data.name,
-            strategy=common_pb2.PlacementStrategy.Name(data.strategy),  # type: ignore[attr-defined,unused-ignore]
-            bundles=len(data.bundles),
-            state=table.PlacementGroupState.Name(data.state),
-        )
-    return groups
 
 
 # --- processes ---------------------------------------------------------------------------
@@ -245,10 +188,10 @@ class Gpus:
 
     def read(self) -> dict[str, float]:
         """This machine's GPUs; every node's when the connected Ray cluster has several."""
-        ray = ray_connected()
+        ray = real_ray.connected()
         if ray is not None and self._cluster is None:
             try:
-                self._cluster = sum(1 for n in ray.nodes() if n.get("Alive")) > 1
+                self._cluster = len(real_ray.alive_node_ids(ray)) > 1
             except Exception:  # noqa: BLE001  a cluster going away (any Ray error): this node alone
                 self._cluster = False
         if ray is not None and self._cluster:
@@ -275,14 +218,14 @@ class Gpus:
 
 def snapshot(gpus: Gpus | None) -> Snapshot:
     """One reading: this job's actors and groups (when Ray is connected), processes, GPUs."""
-    ray = ray_connected()
+    ray = real_ray.connected()
     actors: dict[str, Actor] = {}
     groups: dict[str, Group] = {}
     read_ray = False
     if ray is not None:
         try:
             job = job_id_hex(ray)
-            actors, groups = read_actors(ray, job), read_groups(job)
+            actors, groups = real_ray.job_actors(ray, job), real_ray.job_placement_groups(job)
             read_ray = True
         except Exception:  # the cluster is going away: nothing to read
             actors, groups = {}, {}

@@ -242,7 +242,8 @@ class ReachRecorder:
             cloudpickle.register_pickle_by_value(worker_trace)  # workers need not import the harness
             if recorder._task_dir is None:
                 recorder._task_dir = tempfile.mkdtemp(prefix="testharness-tasks-")
-            env["worker_process_setup_hook"] = worker_trace.make_hook(recorder.root, recorder._task_dir)
+            manager = real_ray.task_function_manager()  # None: tasks report by their module only
+            env["worker_process_setup_hook"] = worker_trace.make_hook(recorder.root, recorder._task_dir, manager)
             recorder._tracing = True
             return args, dict(kwargs, runtime_env=env)
 

@@ -40,17 +40,19 @@ PROCESS_EVENTS = frozenset(
 )
 
 
-def make_hook(root: str, task_dir: str | None = None) -> Callable[[], None]:
+def make_hook(root: str, task_dir: str | None = None, manager: type | None = None) -> Callable[[], None]:
     """The `worker_process_setup_hook` for `ray.init` (a closure: Ray needs a callable of no
-    arguments). `task_dir`: where each remote function's run leaves its report."""
+    arguments). `task_dir`: where each remote function's run leaves its report; `manager`:
+    Ray's class that hands a worker each task's function (real_ray.task_function_manager,
+    pickled by reference: the workers import it from their Ray), None where Ray has none."""
 
     def testharness_trace_hook() -> None:
-        install(root, task_dir)
+        install(root, task_dir, manager)
 
     return testharness_trace_hook
 
 
-def install(root: str, task_dir: str | None = None) -> None:
+def install(root: str, task_dir: str | None = None, manager: type | None = None) -> None:
     if _STATE in sys.modules:
         return
     state: Any = types.ModuleType(_STATE)
@@ -63,24 +65,22 @@ def install(root: str, task_dir: str | None = None) -> None:
     sys.modules[_STATE] = state
     _watch_escapes(state)
     _watch_calls(state)
-    if task_dir:
-        _watch_tasks(state, task_dir)
+    if task_dir and manager is not None:
+        _watch_tasks(state, task_dir, manager)
 
 
-def _watch_tasks(state: Any, task_dir: str) -> None:
+def _watch_tasks(state: Any, task_dir: str, manager: Any) -> None:
     """Each remote function (task) that runs here writes what ran since the previous report
     (its arguments' unpickling included) to `task_dir/<task id>`, one JSON line per attempt.
 
-    Ray asks `get_execution_info` for the function to run (once per function and worker);
-    the function handed back is wrapped. Actor methods are left alone (`drain` serves them).
-    A worker on another machine has no `task_dir`: it writes nothing, and the recorder falls
-    back to the function's module."""
+    Ray asks `manager.get_execution_info` for the function to run (once per function and
+    worker); the function handed back is wrapped. Actor methods are left alone (`drain` serves
+    them). A worker on another machine has no `task_dir`: it writes nothing, and the recorder
+    falls back to the function's module."""
     try:
         import ray
-        from ray._private import function_manager
     except ImportError:
         return
-    manager = function_manager.FunctionActorManager
     original = manager.get_execution_info
     if not os.path.isdir(task_dir):
         return
@@ -111,7 +111,7 @@ def _watch_tasks(state: Any, task_dir: str) -> None:
         except Exception:  # noqa: BLE001  another Ray: the function as it is, untraced
             return info
 
-    manager.get_execution_info = get_execution_info  # type: ignore[method-assign,assignment]
+    manager.get_execution_info = get_execution_info
 
 
 def _watch_calls(state: Any) -> None:
