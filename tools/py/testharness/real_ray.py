@@ -194,7 +194,7 @@ def _gcs() -> Any:
     # dashboard; the state API itself needs `ray[default]`, a dashboard and an HTTP round trip).
     from ray._private import state as ray_state
 
-    state = ray_state.state
+    state: Any = ray_state.state  # its shape differs between releases (below)
     connect = getattr(state, "_connect_and_get_accessor", None)
     if connect is not None:
         return connect()
