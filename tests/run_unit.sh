@@ -31,4 +31,5 @@ if ! "$PYTHON" -c 'import importlib.util as u, sys; sys.exit(not u.find_spec("te
     export PYTHONPATH="$REPO_ROOT/tools/py${PYTHONPATH:+:$PYTHONPATH}"
 fi
 export TESTHARNESS_ROOT="${TESTHARNESS_ROOT:-$REPO_ROOT}"
+export TESTHARNESS_PROG="bash tests/run_unit.sh"   # how --help names this script
 exec "$PYTHON" -m testharness.unit_runner "$@"

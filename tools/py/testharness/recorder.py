@@ -5,9 +5,9 @@ Hooks only translate pytest events into calls on results.py / gpu.py. All state 
 per-config object (pytester inner runs in the same process get their own).
 
 Where results go: `--unit-results-dir DIR`, else $TESTHARNESS_RESULTS_DIR, else
-`[tool.testharness] results_dir` (default tests/unit) under the pytest rootdir. Without an
-explicit dir they are written only when the run concerns a configured test root
-(`test_roots`, default tests/unit), so a pytest run on an unrelated directory writes nothing;
+`[tool.testharness] results_dir` (default: the first test root) under the pytest rootdir.
+Without an explicit dir they are written only when the run concerns a configured test root
+(`test_roots`, default pytest's testpaths), so a pytest run on an unrelated directory writes nothing;
 nor does a project without `[tool.testharness]` (the plugin merely installed: the fixture
 records in memory, for `session_record`).
 

@@ -6,15 +6,16 @@ is a whole configuration. A project without the table has not asked for the harn
 merely installed in the environment): `Settings.configured` is False, and the plugins then
 add nothing but their options, markers and the `tracker` fixture (no Ray cluster for -n, no
 results file, no leak check, watchdog or signal handling). A bad value is a `SettingsError`
-whose message is one line naming the file and the key. Example (this repository's values):
+whose message is one line naming the file and the key. The defaults are pytest's own
+(testpaths) or none at all; nothing of any one project. Example (this repository's values):
 
     [tool.testharness]
     source_packages = ["nemo_rl"]          # files that form the remote-selection import graph
     source_roots = ["."]                   # directories holding those packages
     test_roots = ["tests/unit"]            # default: [tool.pytest.ini_options] testpaths, else ["tests"]
-    results_dir = "tests/unit"             # unit_results.json and unit_results/ go here
-    assets_script = "tests/unit/prepare_unit_test_assets.py"
-    assets_dir = "tests/unit/test_assets"
+    results_dir = "tests/unit"             # unit_results.json and unit_results/; default: the first test root
+    assets_script = "tests/unit/prepare_unit_test_assets.py"   # run_unit builds assets with it; default: none
+    assets_dir = "tests/unit/test_assets"  # ... when this is missing or empty (no assets_dir: every run)
     remote_map_file = ".nrl_remote_map.json"
     remote_state_file = ".nrl_remote_state.json"
 
@@ -58,10 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-DEFAULT_RESULTS_DIR = "tests/unit"
 DEFAULT_TEST_ROOTS = ("tests",)  # used when neither test_roots nor pytest's testpaths is set
-DEFAULT_ASSETS_SCRIPT = "tests/unit/prepare_unit_test_assets.py"
-DEFAULT_ASSETS_DIR = "tests/unit/test_assets"
 DEFAULT_REMOTE_MAP_FILE = ".testharness_remote_map.json"
 DEFAULT_REMOTE_STATE_FILE = ".testharness_remote_state.json"
 MODES = ("opt-in", "only")
@@ -130,10 +128,10 @@ class Settings:
     root: Path
     source_packages: tuple[str, ...] = ()
     source_roots: tuple[Path, ...] = ()
-    results_dir: Path = field(default=Path(DEFAULT_RESULTS_DIR))
+    results_dir: Path = field(default=Path(DEFAULT_TEST_ROOTS[0]))  # load_settings: the first test root
     test_roots: tuple[Path, ...] = ()
-    assets_script: Path = field(default=Path(DEFAULT_ASSETS_SCRIPT))
-    assets_dir: Path = field(default=Path(DEFAULT_ASSETS_DIR))
+    assets_script: Path | None = None  # run_unit's asset step (none by default)
+    assets_dir: Path | None = None  # the script runs when this is missing or empty (every run when None)
     # remote-aware selection's two files (key: a path relative to the root; resolved here)
     remote_map_file: Path = field(default=Path(DEFAULT_REMOTE_MAP_FILE))
     remote_state_file: Path = field(default=Path(DEFAULT_REMOTE_STATE_FILE))
@@ -286,14 +284,18 @@ def load_settings(root: Path) -> Settings:
     def file(key: str, default: str) -> Path:
         return table.inside(root, key, table.text(key, default))
 
+    def optional(key: str) -> Path | None:
+        return root / table.text(key, "") if key in table.data else None
+
     return Settings(
         root=root,
         source_packages=tuple(dict.fromkeys(packages)),
         source_roots=paths("source_roots", table.str_list("source_roots", (".",))),
-        results_dir=root / table.text("results_dir", DEFAULT_RESULTS_DIR),
+        # The results beside the tests they are of: the first test root, else the project's root.
+        results_dir=root / table.text("results_dir", test_roots[0] if test_roots else "."),
         test_roots=paths("test_roots", test_roots),
-        assets_script=root / table.text("assets_script", DEFAULT_ASSETS_SCRIPT),
-        assets_dir=root / table.text("assets_dir", DEFAULT_ASSETS_DIR),
+        assets_script=optional("assets_script"),
+        assets_dir=optional("assets_dir"),
         remote_map_file=file("remote_map_file", DEFAULT_REMOTE_MAP_FILE),
         remote_state_file=file("remote_state_file", DEFAULT_REMOTE_STATE_FILE),
         marker_groups=_marker_groups(table),

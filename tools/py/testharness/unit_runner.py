@@ -1,7 +1,9 @@
-"""What tests/run_unit.sh does, in testable Python: flags, Ray cluster discovery, GPU count,
-test assets, the pytest command, and what pytest's exit code means for the script.
+"""What `testharness run-unit` does (and a project's thin run_unit.sh, as this repository's
+tests/run_unit.sh), in testable Python: flags, Ray cluster discovery, GPU count, test assets,
+the pytest command, and what pytest's exit code means for the script.
 
-`python -m testharness.unit_runner [run_unit.sh flags] [pytest args | paths]`
+`python -m testharness.unit_runner [run-unit flags] [pytest args | paths]`; a wrapper script
+names itself in the help with $TESTHARNESS_PROG.
 """
 
 from __future__ import annotations
@@ -21,12 +23,18 @@ from testharness.settings import MarkerGroup, Settings, SettingsError, load_sett
 from testharness.supervisor import supervise
 
 
-def usage(groups: Sequence[MarkerGroup] = ()) -> str:
-    """run_unit.sh's help; the marker-group options (pytest's, from [tool.testharness]) listed too."""
+PROG_ENV = "TESTHARNESS_PROG"  # what the user runs, for the help (a wrapper script names itself)
+DEFAULT_PROG = "testharness run-unit"
+
+
+def usage(groups: Sequence[MarkerGroup] = (), prog: str | None = None) -> str:
+    """run-unit's help, named as the user runs it (`prog`, default $TESTHARNESS_PROG, else
+    `testharness run-unit`); the marker-group options (pytest's, from [tool.testharness]) listed too."""
+    prog = prog or os.environ.get(PROG_ENV) or DEFAULT_PROG
     flags = "".join(f"[{g.option}] " for g in groups)
     lines = [
-        f"usage: bash tests/run_unit.sh {flags}[--rerun-failures N]",
-        "                              [--shard I/N] [--shard-plan] [pytest args | paths ...]",
+        f"usage: {prog} {flags}[--rerun-failures N]",
+        " " * len(f"usage: {prog} ") + "[--shard I/N] [--shard-plan] [pytest args | paths ...]",
         "",
     ]
     for g in groups:
@@ -42,8 +50,7 @@ def usage(groups: Sequence[MarkerGroup] = ()) -> str:
         "  --shard I/N         run shard I of N (balanced on past durations); --shard-plan prints it",
         "  -h, --help          this help",
         "Every other argument goes to pytest (e.g. -k EXPR, -m EXPR, -x, FILE.py, FILE.py::TEST).",
-        "Without paths the configured test roots run (default tests/unit).",
-        "Run it as: uv run --group test bash tests/run_unit.sh",
+        "Without paths the test roots run ([tool.testharness] test_roots, else pytest's testpaths).",
     ]
     return "\n".join(lines)
 
@@ -315,11 +322,13 @@ def _tests_line(code: int, summary: dict[str, object] | None, stopped_by: str | 
 
 
 def build_assets(settings: Settings) -> int:
-    """Run the asset script when the assets dir is missing or empty; 0 on success or skip."""
-    assets = settings.assets_dir
-    if assets.is_dir() and any(assets.iterdir()):
+    """Run the asset script (`assets_script`, none by default) when the assets dir is missing
+    or empty, or on every run when none is set; 0 on success or skip."""
+    script, assets = settings.assets_script, settings.assets_dir
+    if script is None:
         return 0
-    script = settings.assets_script
+    if assets is not None and assets.is_dir() and any(assets.iterdir()):
+        return 0
     if not script.is_file():
         print(f"run_unit: no {script.name}; not building test assets")
         return 0

@@ -106,11 +106,22 @@ def test_history_dir_precedence(tmp_path: Path) -> None:
     assert resolve_history_dir("/cli/h", tmp_path, environ={HISTORY_ENV: "/env/h"}) == Path("/cli/h")
 
 
-@pytest.mark.parametrize("content", [None, "[project]\nname = 'x'\n"], ids=["absent", "no-section"])
-def test_results_dir_defaults_to_tests_unit(tmp_path: Path, content: str | None) -> None:
+@pytest.mark.parametrize(
+    ("content", "default"),
+    [
+        (None, "tests"),
+        ("[project]\nname = 'x'\n", "tests"),
+        ("[tool.pytest.ini_options]\ntestpaths = ['suite/unit', 'suite/e2e']\n", "suite/unit"),
+        ("[tool.testharness]\ntest_roots = ['checks']\n[tool.pytest.ini_options]\ntestpaths = ['t']\n", "checks"),
+        ("[tool.testharness]\ntest_roots = []\n", "."),
+    ],
+    ids=["absent", "no-section", "testpaths", "test-roots", "no-roots"],
+)
+def test_results_dir_defaults_to_the_first_test_root(tmp_path: Path, content: str | None, default: str) -> None:
+    # pytest's own testpaths, never a path of this repository's
     if content is not None:
         (tmp_path / "pyproject.toml").write_text(content)
-    assert configured_results_dir(tmp_path) == tmp_path / "tests/unit"
+    assert configured_results_dir(tmp_path) == tmp_path / default
 
 
 @pytest.mark.parametrize(
@@ -122,7 +133,7 @@ def test_a_bad_results_dir_is_the_settings_error_not_a_silent_default(
     tmp_path: Path, content: str, needle: str
 ) -> None:
     # The same one-line error as every other reader of [tool.testharness]: history used to
-    # fall back to tests/unit and read the wrong directory without a word.
+    # fall back to a default and read the wrong directory without a word.
     (tmp_path / "pyproject.toml").write_text(content)
     with pytest.raises(SettingsError, match=needle) as info:
         resolve_history_dir(None, tmp_path, environ={})

@@ -74,7 +74,7 @@ def fake_ray(monkeypatch):
 def _project(root: Path, pyproject: str, conftest: str = "") -> Path:
     (root / "pyproject.toml").write_text(pyproject)
     (root / "conftest.py").write_text(conftest)
-    (root / "tests").mkdir()  # the default test root: results would go to tests/unit
+    (root / "tests").mkdir()  # the default test root: results would go there
     (root / "tests" / "test_probe.py").write_text(PROBE)
     return root
 

@@ -179,7 +179,10 @@ def make_project(tmp_path: Path) -> Path:
             },
             outcomes={"tests/unit/test_policy.py::test_generation": "passed"},
         )
-    (tmp_path / "pyproject.toml").write_text("[tool.testharness]\n")
+    # results_dir by default: the first of pytest's testpaths
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.testharness]\n[tool.pytest.ini_options]\ntestpaths = ["tests/unit"]\n'
+    )
     return history
 
 

@@ -60,7 +60,7 @@ def collected(result: pytest.RunResult) -> list[str]:
 @pytest.fixture
 def suite(pytester: pytest.Pytester) -> pytest.Pytester:
     pytester.makepyfile(**SUITE)
-    write_history(pytester.path / "tests/unit/unit_results", DURATIONS)
+    write_history(pytester.path / "tests/unit_results", DURATIONS)  # no settings: results_dir is tests/
     return pytester
 
 
@@ -82,14 +82,14 @@ def test_shards_partition_the_suite_and_balance_by_duration(suite: pytest.Pytest
 def test_shards_run_one_after_another_in_one_checkout_partition_the_suite(suite: pytest.Pytester) -> None:
     # Each shard records its (different) durations in the history the next shard reads:
     # shard runs must not re-balance the plan, or shards overlap and miss tests.
-    suite.makepyprojecttoml('[tool.testharness]\nresults_dir = "tests/unit"\ntest_roots = ["."]\n')
+    suite.makepyprojecttoml('[tool.testharness]\nresults_dir = "tests"\ntest_roots = ["."]\n')
     ran: list[str] = []
     for i in (1, 2, 3):
         result = suite.runpytest("-p", "testharness.tracker", *PLUGIN, "--shard", f"{i}/3", "-v")
         ran += [line.split(" ")[0] for line in result.outlines if " PASSED" in line]
-        doc = json.loads((suite.path / "tests/unit/unit_results.json").read_text())
+        doc = json.loads((suite.path / "tests/unit_results.json").read_text())
         assert doc["shard"] == f"{i}/3"
-    assert len(list((suite.path / "tests/unit/unit_results").glob("*.json"))) == 3 + 3
+    assert len(list((suite.path / "tests/unit_results").glob("*.json"))) == 3 + 3
     result.stdout.fnmatch_lines(["shard history: 3 run(s) in * (2 shard run(s) not used for balancing)"])
     assert sorted(ran) == sorted(DURATIONS)
 
@@ -194,7 +194,7 @@ def test_history_dir_from_option_env_and_pyproject(suite: pytest.Pytester, monke
 
 
 def test_malformed_history_is_skipped_with_a_warning(suite: pytest.Pytester) -> None:
-    (suite.path / "tests/unit/unit_results/20260101_000009.json").write_text('{"tests": ')
+    (suite.path / "tests/unit_results/20260101_000009.json").write_text('{"tests": ')
     result = suite.runpytest(*PLUGIN, "--shard", "1/3")
     result.stdout.fnmatch_lines(
         ["shard history: 3 run(s) in *", "shard history warning: skipped *20260101_000009.json: not valid JSON*"]

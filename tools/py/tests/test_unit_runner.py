@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from testharness import requirements
-from testharness.settings import MarkerGroup
-from testharness.unit_runner import has_path_arg, interpret_exit, map_upstream_paths, usage
+from testharness.settings import MarkerGroup, load_settings
+from testharness.unit_runner import build_assets, has_path_arg, interpret_exit, map_upstream_paths, usage
 
 MCORE = MarkerGroup(
     name="mcore", option="--mcore-only", mode="only", requires=("megatron.core",),
@@ -184,6 +184,36 @@ def test_usage_says_which_options_go_one_at_a_time() -> None:
     text = usage([MCORE_X, VLLM, SLOW])
     assert "  --vllm-only         run only tests marked vllm (needs vllm)\n" in text
     assert "  (--mcore-only, --vllm-only: one at a time)\n" in text
+
+
+def test_usage_names_the_command_the_user_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TESTHARNESS_PROG", raising=False)
+    text = usage([MCORE_X])
+    assert text.startswith("usage: testharness run-unit [--mcore-only] [--rerun-failures N]\n" + " " * 28 + "[--shard")
+    assert "tests/unit" not in text and "run_unit.sh" not in text  # nothing of this repository's
+    monkeypatch.setenv("TESTHARNESS_PROG", "bash scripts/unit.sh")  # a wrapper script names itself
+    assert usage([]).startswith("usage: bash scripts/unit.sh [--rerun-failures N]\n" + " " * 28 + "[--shard")
+    assert usage([], prog="python -m testharness.unit_runner").startswith("usage: python -m testharness.unit_runner ")
+
+
+def test_assets_are_built_only_where_the_project_names_a_script(tmp_path: Path) -> None:
+    script = tmp_path / "make_assets.py"
+    script.write_text("import pathlib\nwith open('built.log', 'a') as f: f.write('x')\n")
+    (tmp_path / "pyproject.toml").write_text("[tool.testharness]\n")
+    assert build_assets(load_settings(tmp_path)) == 0  # no script by default: no step
+    assert not (tmp_path / "built.log").exists()
+    (tmp_path / "pyproject.toml").write_text('[tool.testharness]\nassets_script = "make_assets.py"\n')
+    for _ in range(2):  # no assets_dir: every run
+        assert build_assets(load_settings(tmp_path)) == 0
+    assert (tmp_path / "built.log").read_text() == "xx"
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.testharness]\nassets_script = "make_assets.py"\nassets_dir = "assets"\n'
+    )
+    assert build_assets(load_settings(tmp_path)) == 0  # missing: built
+    (tmp_path / "assets").mkdir()
+    (tmp_path / "assets" / "model.bin").write_text("")
+    assert build_assets(load_settings(tmp_path)) == 0  # there: not again
+    assert (tmp_path / "built.log").read_text() == "xxx"
 
 
 def test_pytests_exit_2_without_a_signal_is_named_a_collection_error() -> None:

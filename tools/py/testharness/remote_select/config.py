@@ -1,10 +1,10 @@
 """What remote-aware selection needs from `[tool.testharness]` (the project's Settings).
 
 The keys and their defaults are settings.py's (one loader, one error policy):
-  source_packages = ["nemo_rl"]    top-level packages whose files form the import graph;
+  source_packages = ["mypkg"]      top-level packages whose files form the import graph;
                                    empty or absent -> the feature is inert (one warning line)
   source_roots    = ["."]          directories (repo-relative) that hold those packages
-  test_roots      = ["tests/unit"] where test files live (default: pytest's testpaths in
+  test_roots      = ["tests"]      where test files live (default: pytest's testpaths in
                                    pyproject.toml, else ["tests"])
 """
 

@@ -108,7 +108,7 @@ def run(args: argparse.Namespace, cwd: Path | None = None) -> int:
         for warning in history.warnings:
             print(f"warning: {warning}", file=sys.stderr)
         raise ReportError(
-            f"no results history in {history.directory}: run the unit tests first (bash tests/run_unit.sh)"
+            f"no results history in {history.directory}: run the tests first (a pytest run on the test roots writes it)"
         )
     trends = compute_trends(history.runs, book, args.test, args.metric)
     if (args.test or args.metric) and not trends:
