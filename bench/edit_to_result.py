@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -102,7 +103,7 @@ def copy_repo(dest: Path) -> Path:
     return repo
 
 
-def run_pytest(repo: Path, label: str, args: list[str], timeout: int) -> Run:
+def run_pytest(repo: Path, label: str, args: list[str], timeout: int, logs: Path | None = None) -> Run:
     ray_tmp = Path(tempfile.mkdtemp(prefix="ray_e2r_", dir="/tmp"))
     junit = Path(tempfile.mkdtemp(prefix="e2r_junit_")) / "junit.xml"
     env = dict(os.environ, RAY_TMPDIR=str(ray_tmp), TESTHARNESS_RESULTS_DIR=str(junit.parent / "results"))
@@ -124,6 +125,13 @@ def run_pytest(repo: Path, label: str, args: list[str], timeout: int) -> Run:
     except subprocess.TimeoutExpired:
         code, out = -1, ""
     wall = time.perf_counter() - t0
+    for line in out.splitlines():  # a failure is part of the answer: name it
+        if line.startswith(("FAILED ", "ERROR ")):
+            print(f"edit_to_result: [{label}] {line}", flush=True)
+    if logs is not None:
+        logs.mkdir(parents=True, exist_ok=True)
+        name = re.sub(r"[^A-Za-z0-9]+", "_", label).strip("_")[:60]
+        (logs / f"{len(list(logs.iterdir())):02d}_{name}.log").write_text(out)
     run = Run(label=label, wall_s=wall, exit_code=code)
     lines = [ln for ln in out.splitlines() if ln.strip()]
     run.summary = lines[-1].strip("= ") if lines else ""
@@ -151,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-baseline", action="store_true", help="skip the plain run without testmon")
     ap.add_argument("--keep", action="store_true", help="keep the copy (its path is printed)")
     ap.add_argument("--no-docs", action="store_true", help="print only; do not touch docs/benchmarks.md")
+    ap.add_argument("--logs", type=Path, help="write each run's pytest output (with --durations=15) to this folder")
     args = ap.parse_args(argv)
     edit_file, _, edit_function = args.edit.partition("::")
     target = ROOT / edit_file
@@ -166,19 +175,23 @@ def main(argv: list[str] | None = None) -> int:
     try:
         repo = copy_repo(tmp)
         xdist = ["-n", args.workers] if args.workers else []
-        tm = ["--testmon", *xdist, *args.paths]
-        runs.append(run_pytest(repo, "seed (--testmon, first run)", tm, args.timeout))
-        runs.append(run_pytest(repo, "no edit (--testmon)", tm, args.timeout))
+        tm = ["--testmon", *xdist, *(["--durations=15"] if args.logs else []), *args.paths]
+
+        def run(label: str, pytest_args: list[str]) -> Run:
+            return run_pytest(repo, label, pytest_args, args.timeout, args.logs)
+
+        runs.append(run("seed (--testmon, first run)", tm))
+        runs.append(run("no edit (--testmon)", tm))
         edited = repo / edit_file
         original = edited.read_bytes()
         edited.write_text(edited_source(original.decode(), edit_function or None))
         try:
-            runs.append(run_pytest(repo, f"edit {args.edit} (--testmon)", tm, args.timeout))
+            runs.append(run(f"edit {args.edit} (--testmon)", tm))
         finally:
             edited.write_bytes(original)  # the copy is restored exactly (and then deleted)
-        runs.append(run_pytest(repo, "restored, again (--testmon)", tm, args.timeout))
+        runs.append(run("restored, again (--testmon)", tm))
         if not args.no_baseline:
-            runs.append(run_pytest(repo, "everything (no testmon)", [*xdist, *args.paths], args.timeout))
+            runs.append(run("everything (no testmon)", [*xdist, *args.paths]))
     finally:
         if args.keep:
             print(f"edit_to_result: copy kept at {tmp}")

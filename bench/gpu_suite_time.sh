@@ -24,30 +24,7 @@ if [[ "$MODE" == start ]]; then
     # again for the `wait` call, which would land under the running suite.
     rm -rf "$WORK/repo" && mkdir "$WORK/repo" || exit 2
     tar --exclude=./.venv --exclude=./.git -cf - . | tar -xf - -C "$WORK/repo" && cd "$WORK/repo" || exit 2
-    mapfile -t todo < <(python3 - "$WHEELS" <<'EOF'
-import importlib.metadata as md, pathlib, sys
-always = {"pytest", "pluggy", "iniconfig", "pytest_xdist", "execnet", "pytest_testmon",
-          "pytest_rerunfailures", "pytest_cov", "coverage", "ray", "testharness", "py_spy",
-          "transformers", "huggingface_hub", "tokenizers", "safetensors"}  # the lock's, see gpu_wheels.sh
-for wheel in sorted(pathlib.Path(sys.argv[1]).glob("*.whl")):
-    name = wheel.name.split("-")[0].lower()
-    try:
-        md.version(name)
-        present = True
-    except md.PackageNotFoundError:
-        present = False
-    if name in always or not present:
-        print(wheel)
-EOF
-)
-    echo "installing ${#todo[@]} wheels: ${todo[*]##*/}"
-    python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade --target /tmp/site \
-        "${todo[@]}" || exit 2
-    nvidia-smi -L | tee "$OUT/gpus.txt"
-    # The carried wheels over the image's own torch: stop here, not mid-suite, if they do not fit.
-    python3 -c 'import ray, torch, transformers; from transformers import AutoModelForCausalLM
-print("python", __import__("sys").version.split()[0], "torch", torch.__version__,
-      "transformers", transformers.__version__, "ray", ray.__version__)' | tee "$OUT/versions.txt" || exit 2
+    bash bench/gpu_install.sh "$WHEELS" || exit 2
     PYTHONPATH="$PWD:$PWD/tools/py:$PYTHONPATH" python3 tests/unit/prepare_unit_test_assets.py >/dev/null || exit 2
     setsid nohup python3 bench/suite_time.py --no-uv --no-docs --md "$WORK/suite_time.md" "$@" \
         > "$WORK/suite.log" 2>&1 < /dev/null &

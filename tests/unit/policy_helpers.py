@@ -26,8 +26,8 @@ SHARED_GPU_FRACTION = 0.25
 def one_worker_gpus() -> str:
     """`cluster.gpus_per_worker` for a one-worker run of a tiny model: a quarter of a GPU when
     the connected Ray cluster has one, else `auto` (the CPU). Never for a group of several
-    workers (two ranks on one GPU would break NCCL), nor for a test that measures GPU memory
-    (`tracker.get_max_mem` reads whole devices, so such a test keeps a whole GPU to itself)."""
+    workers (two ranks on one GPU would break NCCL). A test that measures GPU memory may share
+    too: under -n `tracker.get_max_mem` reads the test's own processes."""
     import ray
 
     return str(SHARED_GPU_FRACTION) if ray.cluster_resources().get("GPU", 0) >= 1 else "auto"

@@ -4,12 +4,13 @@ import pytest
 import ray
 
 from nemo_rl.utils.gpu_monitor import GpuMonitor
+from tests.unit.policy_helpers import SHARED_GPU_FRACTION
 
 GIB = 2**30
 
 
 @pytest.mark.num_gpus(1)
-@pytest.mark.uses_cuda  # under -n no Ray actor is on the GPUs while it measures
+@pytest.mark.uses_cuda  # CUDA in the test process: under -n Ray counts the share it uses
 def test_tracker_sees_gpu_memory_grow_in_the_test_process(tracker) -> None:
     import torch
 
@@ -24,7 +25,9 @@ def test_tracker_sees_gpu_memory_grow_in_the_test_process(tracker) -> None:
     assert growth >= 5 * 1024
 
 
-@ray.remote(num_gpus=1)
+# A share of a GPU, as the other tests' actors: under -n they may allocate on it meanwhile, and
+# the tracker reads this test's own processes (testharness.gpu_processes).
+@ray.remote(num_gpus=SHARED_GPU_FRACTION)
 class _Holder:
     def ready(self) -> bool:
         return True
@@ -40,7 +43,7 @@ class _Holder:
 @pytest.mark.num_gpus(1)
 def test_tracker_sees_memory_held_by_a_ray_actor(ray_cluster, tracker) -> None:
     holder = _Holder.remote()  # type: ignore[attr-defined]
-    ray.get(holder.ready.remote())  # it holds its GPU now: under -n, no other test's actor is there
+    ray.get(holder.ready.remote())  # started: its CUDA context comes with its first allocation
     before = tracker.get_max_mem()
     ray.get(holder.hold.remote(8))
     growth = tracker.get_max_mem() - before

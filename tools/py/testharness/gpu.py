@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from testharness import real_ray
+from testharness import gpu_processes, real_ray
 
 MIB = 1024 * 1024
 
@@ -190,7 +190,13 @@ def _node_task() -> Any:
 
 
 def max_memory() -> MemoryReading:
-    """The value behind tracker.get_max_mem(), in MiB."""
+    """The value behind tracker.get_max_mem(), in MiB. Under pytest-xdist, where tests share
+    GPUs, the GPU memory of this test's own processes (gpu_processes); otherwise, as upstream,
+    the largest memory in use on any GPU of the cluster."""
+    if gpu_processes.sharing():
+        own = [mib for node in gpu_processes.readings() or [] for mib in node]
+        if own:  # none: no GPU, or pids not ours to match (a PID namespace): the reading below
+            return MemoryReading(max(own), "gpu", tuple(gpu_types()))
     return combine(cluster_readings(), self_peak_rss_mib())
 
 

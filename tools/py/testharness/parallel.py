@@ -16,9 +16,11 @@ Placement of what Ray does not see:
 
 - `@pytest.mark.uses_cuda`: the test uses GPUs outside Ray's accounting (CUDA in the test
   process, or a child process with a Ray cluster of its own). Under -n, when this node has
-  GPUs, the test holds every GPU of this node in the shared cluster while it runs (a
-  zero-CPU placeholder actor asking for them), so no actor of another test is placed on a
-  GPU it uses; it waits for them like an actor would (TESTHARNESS_GPU_LEASE_TIMEOUT_S, 600).
+  GPUs, the test holds them in the shared cluster while it runs (a zero-CPU placeholder actor
+  asking for them), so Ray counts what it uses: a quarter of a one-GPU node (tests share that
+  GPU, as fractional actors do; the tracker then reads each test's own processes), every GPU
+  of a larger node (no actor of another test is placed on a GPU it uses). It waits for them
+  like an actor would (TESTHARNESS_GPU_LEASE_TIMEOUT_S, 600).
 - `@pytest.mark.run_first`: under -n no other test starts before every selected run_first
   test has finished (they are first in every worker's queue, so none waits on itself).
 
@@ -63,6 +65,7 @@ from testharness import real_ray
 from testharness.atomic_io import write_json_atomic
 from testharness.contract import is_xdist_worker, settings_of
 from testharness.interrupts import reassert_signal_handlers
+from testharness.remote_select.plugin import started as remote_select_started
 from testharness.selection import file_left_out
 from testharness.shard_plan import longest_files_first
 from testharness.xdist_plan import files_to_run, workers_for
@@ -70,6 +73,7 @@ from testharness.xdist_schedule import RUN_FIRST_FILES, make_scheduler
 
 WORKERINPUT_KEY = "testharness_parallel"
 LEASE_TIMEOUT_ENV = "TESTHARNESS_GPU_LEASE_TIMEOUT_S"
+CUDA_SHARE = 0.25  # of a one-GPU node, for a uses_cuda test: at most four GPU tests at once there
 RUN_FIRST_TIMEOUT_S = 3600.0  # a run_first test that never ends is the run's failure, not ours
 
 
@@ -148,15 +152,15 @@ def _gave_dist(config: pytest.Config) -> bool:
     return any(a == "-d" or a.startswith("--dist") for a in args)
 
 
-# trylast, and this module registered before remote-aware selection's (testharness.plugin): the
-# last configure of all, so pytest-testmon's selection and remote-aware selection's are known,
-# and no worker or Ray cluster has started yet: the moment to plan.
+# trylast: after pytest-testmon's configure, so its selection is known (remote-aware
+# selection's is asked for: remote_select.plugin.started), and no worker or Ray cluster has
+# started yet: the moment to plan.
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "uses_cuda: uses GPUs outside Ray's accounting (CUDA in the test process, or a child "
-        "with its own Ray); under -n it holds every GPU of this node in the shared cluster",
+        "with its own Ray); under -n it holds a share of a one-GPU node, every GPU of a larger one",
     )
     if _distributes(config):
         if _plan_workers(config):
@@ -191,6 +195,8 @@ def _plan_workers(config: pytest.Config) -> bool:
         return True  # a --dist the user chose hands out tests, not files: xdist's count stands
     testmon = config.pluginmanager.get_plugin("TestmonSelect")
     selecting = testmon is not None and getattr(getattr(config, "testmon_config", None), "select", False)
+    if selecting:
+        remote_select_started(config)  # it keeps the files its reach selects out of testmon's skips
     files = files_to_run(
         config.args, config.invocation_params.dir, config.rootpath, config.getini("python_files"),
         config.getini("norecursedirs"), getattr(testmon, "deselected_files", ()) if selecting else (),
@@ -343,9 +349,17 @@ class _Worker:
             return None
 
 
+def lease_gpus(node_gpus: float) -> float:
+    """What a `uses_cuda` test holds of its node's `node_gpus`: a share of a one-GPU node, as
+    the tests' fractional actors do (its memory readings count its own processes only:
+    gpu_processes), so it never waits for the whole GPU; every GPU of a larger node, as CUDA in
+    the test process cannot be steered to the one GPU Ray would pick."""
+    return CUDA_SHARE if node_gpus == 1 else node_gpus
+
+
 def hold_node_gpus(timeout_s: float, release_file: Path) -> bool:
-    """Ask the shared cluster for every GPU of this node with a placeholder actor and wait
-    until it holds them (False: this node has no GPU). TimeoutError (one line) if they did not
+    """Ask the shared cluster for this node's GPUs (lease_gpus) with a placeholder actor and
+    wait until it holds them (False: this node has no GPU). TimeoutError (one line) if they did not
     come free in time. The lease ends when `release_file` exists or this process is gone.
 
     The test process is left as it was found: the lease is a detached actor that ends itself,
@@ -360,15 +374,15 @@ def hold_node_gpus(timeout_s: float, release_file: Path) -> bool:
         gpus = real_ray.node_gpus(ray, node_id)
         if not gpus:
             return False
-        lease: Any = real_ray.on_node(ray, _placeholder(), node_id, num_gpus=gpus, lifetime="detached").remote(
-            str(release_file), os.getpid()
-        )
+        lease: Any = real_ray.on_node(
+            ray, _placeholder(), node_id, num_gpus=lease_gpus(gpus), lifetime="detached"
+        ).remote(str(release_file), os.getpid())
         try:
             ray.get(lease.held.remote(), timeout=timeout_s)
         except ray.exceptions.GetTimeoutError:
             ray.kill(lease)
             raise TimeoutError(
-                f"the {gpus:g} GPU(s) of this node were not free within {timeout_s:g} s; "
+                f"{lease_gpus(gpus):g} of the {gpus:g} GPU(s) of this node did not come free within {timeout_s:g} s; "
                 f"set {LEASE_TIMEOUT_ENV} to wait longer"
             ) from None
     return True

@@ -14,9 +14,7 @@ pytest_plugins = [
     "testharness.selection",
     "testharness.tracker",  # with testharness.recorder
     "testharness.sharding",
-    # parallel before remote_select: pluggy calls the later-registered first, and parallel's
-    # trylast configure plans the workers from remote-aware selection's (trylast too) result.
-    "testharness.parallel",
+    "testharness.parallel",  # its plan asks remote_select for its selection (either order)
     "testharness.remote_select.plugin",
     "testharness.testmon_data",
     "testharness.hygiene.plugin",

@@ -1,5 +1,6 @@
 """`-n N` GPU placement with real pytest-xdist and real Ray: Ray hands GPUs out, and a
-`uses_cuda` test holds them for the CUDA that Ray does not see (a GPU is a Ray resource here:
+`uses_cuda` test holds what it uses for the CUDA that Ray does not see: a quarter of a one-GPU
+node, every GPU of a larger one (a GPU is a Ray resource here:
 a cluster started with `num_gpus=1` on a CPU machine hands it out exactly as on a GPU
 machine). A file apart from test_parallel.py so that under -n the two run side by side.
 """
@@ -68,27 +69,55 @@ def test_one_gpu_is_never_used_by_two_tests_at_once(tmp_path: Path) -> None:
         assert end <= start, spans  # one after the other, whichever worker ran them
 
 
-def test_a_lease_leaves_the_test_its_own_ray_init_and_ends_after_the_test(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("gpus", "left"), [("1", 0.75), ("2", 0)])
+def test_a_lease_leaves_the_test_its_own_ray_init_and_ends_after_the_test(
+    tmp_path: Path, gpus: str, left: float
+) -> None:
     # The lease is taken before the test's fixtures run: a test (or fixture) that calls
-    # ray.init() itself must still be able to, and the next uses_cuda test must get the GPUs.
-    test = textwrap.dedent("""
+    # ray.init() itself must still be able to, and the next uses_cuda test must get its share.
+    # A quarter of a one-GPU node is held, every GPU of a larger one.
+    test = textwrap.dedent(f"""
+        import time
+
         import pytest
+
+
+        def gpus_left(cluster):
+            deadline = time.monotonic() + 30  # the first test's lease ends soon after that test
+            while cluster.available_resources().get("GPU", 0) != {left} and time.monotonic() < deadline:
+                time.sleep(0.1)
+            return cluster.available_resources().get("GPU", 0)
 
 
         @pytest.mark.uses_cuda
         def test_first(cluster):
-            assert cluster.available_resources().get("GPU", 0) == 0  # held for this test
+            assert cluster.available_resources().get("GPU", 0) == {left}  # the rest is held for this test
 
 
         @pytest.mark.uses_cuda
         def test_second(cluster):
-            assert cluster.available_resources().get("GPU", 0) == 0
+            assert gpus_left(cluster) == {left}
     """)
     root = make_project(tmp_path, {"tests/test_leases.py": test})
-    env = env_for(root, FAKE_GPUS="1", TESTHARNESS_GPU_LEASE_TIMEOUT_S="60")
+    env = env_for(root, FAKE_GPUS=gpus, TESTHARNESS_GPU_LEASE_TIMEOUT_S="60")
     proc = run_pytest(root, "-n", "1", "-rs", env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert outcomes_of(root) == {"test_first": "passed", "test_second": "passed"}
+
+
+def test_cuda_tests_share_a_one_gpu_node(tmp_path: Path) -> None:
+    # Each holds a quarter: two run at the same time instead of taking the GPU in turn.
+    in_process = GPU_FILES["tests/test_in_process.py"]
+    root = make_project(tmp_path, {
+        "tests/test_in_process.py": in_process,
+        "tests/test_in_process_2.py": in_process.replace("in_process", "in_process_2"),
+    })  # fmt: skip
+    proc = run_pytest(root, "-n", "2", env=env_for(root, FAKE_GPUS="1"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (start_1, end_1), (start_2, end_2) = (
+        json.loads((root / f).read_text()) for f in ("in_process.json", "in_process_2.json")
+    )
+    assert start_1 < end_2 and start_2 < end_1, "the two uses_cuda tests did not overlap"
 
 
 def test_without_gpus_uses_cuda_holds_nothing(tmp_path: Path, shared_head: Head) -> None:
@@ -102,7 +131,7 @@ def test_without_gpus_uses_cuda_holds_nothing(tmp_path: Path, shared_head: Head)
     not Path("/dev/nvidiactl").exists(), reason="needs an NVIDIA GPU (checks a real CUDA context under the lease)"
 )
 @pytest.mark.uses_cuda  # its nested run's CUDA is outside this run's cluster too
-def test_a_real_cuda_test_holds_the_gpus_it_sees(tmp_path: Path) -> None:
+def test_a_real_cuda_test_holds_its_share_of_the_gpus_it_sees(tmp_path: Path) -> None:
     root = make_project(
         tmp_path,
         {
@@ -115,7 +144,8 @@ def test_a_real_cuda_test_holds_the_gpus_it_sees(tmp_path: Path) -> None:
             import torch
             x = torch.ones(1024, device="cuda")
             assert float(x.sum()) == 1024
-            assert ray.available_resources().get("GPU", 0) == 0  # all held for this test
+            held = 0.25 if torch.cuda.device_count() == 1 else torch.cuda.device_count()
+            assert ray.available_resources().get("GPU", 0) == torch.cuda.device_count() - held
     """)
         },
     )

@@ -37,6 +37,8 @@ def test_testmon_with_remote_aware_selection(tmp_path: Path, shared_head: Head) 
     again = run_pytest(root, "-n", "2", "--testmon", env=env)
     assert again.returncode == 0, again.stdout + again.stderr
     assert _ran(again) == {"tests/test_actor.py::test_actor"}
+    # Planned with that selection: the one file in one worker (not in-process: "no test file").
+    assert "testharness: 1 test file(s) to run: 1 xdist worker(s) instead of 2" in again.stdout, again.stdout
     # Nothing changed since: nothing runs, and the record says the run was fine.
     idle = run_pytest(root, "-n", "2", "--testmon", env=env)
     assert idle.returncode == 0 and _ran(idle) == set(), idle.stdout + idle.stderr

@@ -13,6 +13,7 @@ from tests.unit.policy_helpers import (
     check_checkpoint_round_trip,
     hf_logprobs,
     logprob_gap,
+    one_worker_gpus,
     policy_config,
 )
 
@@ -26,7 +27,7 @@ def batch(tiny_llama: str, test_assets):
 
 @pytest.fixture(scope="module")
 def policy(ray_cluster, tiny_llama: str):
-    p = Policy(policy_config(tiny_llama), cluster_from_config(1, "auto"))
+    p = Policy(policy_config(tiny_llama), cluster_from_config(1, one_worker_gpus()))
     yield p
     p.shutdown()
 

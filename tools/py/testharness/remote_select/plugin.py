@@ -149,11 +149,24 @@ class RemoteSelectSession:
                 tr.write_line(f"{PREFIX}: warning: could not save its state ({exc.__class__.__name__}: {exc})")
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_configure(config: pytest.Config) -> None:
-    testmon = _testmon_select(config)
+_SESSION = pytest.StashKey["RemoteSelectSession | None"]()
+
+
+def started(config: pytest.Config) -> RemoteSelectSession | None:
+    """Remote-aware selection, planned: testmon's lists of files and tests to skip are edited.
+    Once per config, for whoever asks first: this module's configure, or parallel's, which
+    plans its workers from the selection. Both are trylast, and pluggy calls trylast hooks in
+    the order their plugins were registered (the reverse of other hooks), which `-p` changes:
+    asking, not the order, makes the selection known to the plan. None: not selecting."""
+    if _SESSION not in config.stash:
+        config.stash[_SESSION] = _start(config)
+    return config.stash[_SESSION]
+
+
+def _start(config: pytest.Config) -> RemoteSelectSession | None:
+    testmon = _testmon_select(config)  # registered by testmon's configure (not trylast): before ours
     if testmon is None:
-        return
+        return None
     root = Path(str(config.rootpath))
     lines: list[str] = []
     selector: RemoteSelector | None = None
@@ -169,6 +182,12 @@ def pytest_configure(config: pytest.Config) -> None:
     session = RemoteSelectSession(config, testmon, selector, lines)
     config.pluginmanager.register(session, "testharness-remote-select")
     session.start()
+    return session
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    started(config)
 
 
 __all__ = ["OK_OUTCOMES", "pytest_configure"]

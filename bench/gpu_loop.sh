@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The developer loop on a GPU machine without uv (issue 36), in one device call:
+#
+#   bash bench/gpu_loop.sh WHEEL_DIR [STEP ...]    STEP: shared (default), edit, long
+#
+#   shared  the harness's GPU tests of shared GPUs: two tests' trackers on one GPU, CUDA leases
+#   edit    bench/edit_to_result.py -n auto with a one-line edit inside the policy actor
+#   long    bench/long_test_phases.py: the two long tests alone, phase by phase
+#
+# Installs the carried wheels first (bench/gpu_install.sh); logs and tables go to $OUT.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+WHEELS="${1:?usage: bash bench/gpu_loop.sh WHEEL_DIR [shared|edit|long ...]}"; shift
+STEPS=("${@:-shared}")
+OUT="${OUT:-/tmp/gpu_out}"; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+bash bench/gpu_install.sh "$WHEELS" || exit 2
+export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PATH="/tmp/site/bin:$PATH"
+PYTHONPATH="$PWD:$PWD/tools/py:$PYTHONPATH" python3 tests/unit/prepare_unit_test_assets.py >/dev/null || exit 2
+EDIT=nemo_rl/models/policy/workers/dtensor_policy_worker.py::DTensorPolicyWorker._reduce_and_clip_grads
+rc=0
+for step in "${STEPS[@]}"; do
+  t0=$(date +%s)
+  case "$step" in
+    shared) python3 -m pytest -q -p no:randomly -rs tools/py/tests/test_gpu_shared_memory.py \
+              tools/py/tests/test_parallel_gpus.py tests/unit/utils/test_gpu_memory.py ;;
+    edit) python3 bench/edit_to_result.py -n auto --edit "$EDIT" --no-baseline --no-docs --logs "$OUT/edit_runs" ;;
+    long) python3 bench/long_test_phases.py --repeat 1 ;;
+    *) echo "unknown step $step" >&2; exit 2 ;;
+  esac > "$OUT/$step.log" 2>&1
+  s=$?; (( s == 0 )) || rc=1
+  echo "$step exit=$s wall=$(( $(date +%s) - t0 ))s" | tee -a "$OUT/summary.txt"
+  tail -25 "$OUT/$step.log"
+done
+exit $rc

@@ -1,0 +1,114 @@
+"""GPU memory of one test's own processes: what the tracker reads while tests share a GPU.
+
+Under pytest-xdist several tests run at once, and with fractional GPUs several of them on one
+GPU: a whole device's memory would count the others' too. A test's processes are this process,
+its descendants (a child running a Ray cluster of its own included), and the Ray workers of
+this process's Ray job (its actors in the shared cluster: each xdist worker is a Ray driver of
+its own, so a job of its own; the raylet names the job in each worker's RAY_JOB_ID). NVML lists
+every process using a GPU with the memory it holds; the reading sums ours per GPU.
+
+NVML names processes by the host's pids. Where ours are another PID namespace's (a container
+without the host's), they cannot be matched: the reading is None and the caller falls back to
+whole devices. Memory held by a plain Ray task (not an actor) of this job is counted while the
+task runs, like an actor's.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from testharness import real_ray
+
+
+def sharing() -> bool:
+    """Whether this process is a pytest-xdist worker (tests may run beside it on its GPUs)."""
+    return bool(os.environ.get("PYTEST_XDIST_WORKER"))
+
+
+def own_pids() -> set[int]:
+    """This process and all its descendants (those that have ended are not listed)."""
+    import psutil
+
+    pids = {os.getpid()}
+    try:
+        pids.update(p.pid for p in psutil.Process().children(recursive=True))
+    except psutil.Error:  # a child ended during the walk: the others are still listed
+        pass
+    return pids
+
+
+def ray_job_hex() -> str | None:
+    """This process's Ray job id (hex) when it is connected to a cluster, else None."""
+    ray = real_ray.connected()
+    if ray is None:
+        return None
+    return str(ray.get_runtime_context().get_job_id())
+
+
+def reader() -> Any:
+    """The per-node reading `read(job_hex, pids) -> list of MiB per GPU, or None`. Built in a
+    function so that cloudpickle ships it by value to a Ray task on another node: Ray workers
+    need not be able to import testharness. It imports only pynvml."""
+
+    def read(job_hex: str | None, pids: list[int]) -> list[float] | None:
+        try:
+            import pynvml  # type: ignore[import-untyped,unused-ignore]
+
+            pynvml.nvmlInit()
+        except Exception:  # no library or no driver on this node: no GPU to read
+            return []
+        ours = set(pids)
+        job = job_hex.encode("ascii") if job_hex else None
+
+        def in_job(pid: int) -> bool:
+            if job is None:
+                return False
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as fh:
+                    return b"RAY_JOB_ID=" + job in fh.read().split(b"\0")
+            except OSError:
+                return False
+
+        used: list[float] = []
+        try:
+            for i in range(pynvml.nvmlDeviceGetCount()):
+                handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+                total = 0
+                for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                    if not os.path.exists(f"/proc/{proc.pid}"):
+                        return None  # NVML's pid is not one of this PID namespace's
+                    if proc.pid in ours or in_job(proc.pid):
+                        total += proc.usedGpuMemory or 0  # None: NVML cannot say (counted 0)
+                used.append(total / (1024 * 1024))
+        except pynvml.NVMLError:  # no per-process accounting here (or a GPU gone): whole devices
+            return None
+        finally:
+            try:
+                pynvml.nvmlShutdown()
+            except pynvml.NVMLError:
+                pass
+        return used
+
+    return read
+
+
+def readings(timeout_s: float = 60.0) -> list[list[float]] | None:
+    """Per node, MiB per GPU held by this test's processes: on this machine its own and its
+    Ray job's, on the cluster's other nodes (a zero-CPU task pinned to each) its job's. None
+    where a node's pids cannot be told apart (the caller reads whole devices)."""
+    read = reader()
+    ray = real_ray.connected()
+    job = ray_job_hex()
+    here = read(job, sorted(own_pids()))
+    if here is None or ray is None:
+        return None if here is None else [here]
+    this_node = real_ray.this_node_id(ray)
+    others = [node for node in real_ray.alive_node_ids(ray) if node != this_node]
+    if not others:
+        return [here]
+    try:
+        there = ray.get([real_ray.on_node(ray, read, node).remote(job, []) for node in others], timeout=timeout_s)
+    except Exception:  # noqa: BLE001  a node that cannot answer (any Ray error): whole devices, never a failed test
+        return None
+    return None if any(r is None for r in there) else [here, *there]

@@ -1,0 +1,127 @@
+"""On a GPU: two tests share it under -n, and each one's tracker reads its own memory (issue 36).
+
+Two test files run at once in two xdist workers, each with a Ray actor holding a quarter of
+the one GPU. In lock step, so that neither reading is taken alone: both read, both allocate
+(1 GiB and 3 GiB), both read again. A whole-device reading would give each the sum (4 GiB);
+the tracker must give each its own allocation, within 5%.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from records_project import read_results, run_env, write_project
+
+from testharness import gpu, gpu_processes
+
+HOLDER = """
+import os
+import time
+from pathlib import Path
+
+import ray
+
+GIB = 2**30
+SYNC = Path(os.environ["SYNC_DIR"])
+
+
+def step(mine: str, theirs: str) -> None:
+    (SYNC / mine).touch()
+    deadline = time.monotonic() + 180
+    while not (SYNC / theirs).exists():
+        assert time.monotonic() < deadline, f"the other test never reached {theirs}"
+        time.sleep(0.05)
+
+
+@ray.remote(num_gpus=0.25)
+class Holder:
+    def __init__(self) -> None:
+        import torch
+
+        torch.zeros(1, device="cuda")  # the CUDA context first: the readings then differ by the block alone
+        self.blocks = []
+
+    def hold(self, gib: int) -> None:
+        import torch
+
+        self.blocks.append(torch.empty(gib * GIB, dtype=torch.uint8, device="cuda"))
+        torch.cuda.synchronize()
+
+
+def run(tracker, me: str, other: str, gib: int) -> None:
+    ray.init()  # the shared cluster (RAY_ADDRESS, exported by the harness under -n)
+    try:
+        holder = Holder.remote()
+        step(f"{me}_started", f"{other}_started")
+        ray.get(holder.hold.remote(0))  # constructed
+        step(f"{me}_ready", f"{other}_ready")
+        before = tracker.get_max_mem()
+        step(f"{me}_read", f"{other}_read")
+        ray.get(holder.hold.remote(gib))
+        step(f"{me}_holds", f"{other}_holds")
+        growth = tracker.get_max_mem() - before
+        tracker.track("growth_mib", growth)
+        step(f"{me}_done", f"{other}_done")
+    finally:
+        ray.shutdown()
+"""
+
+
+def _test_file(me: str, other: str, gib: int) -> str:
+    return f"from holder import run\n\n\ndef test_{me}(tracker):\n    run(tracker, {me!r}, {other!r}, {gib})\n"
+
+
+@pytest.mark.skipif(gpu.local_gpu_count() == 0, reason="needs a GPU (NVML sees none); run it on a GPU machine")
+def test_two_tests_on_one_gpu_each_read_their_own_memory(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("ray")
+    (tmp_path / "project").mkdir()
+    root = write_project(tmp_path / "project", {
+        "tests/holder.py": HOLDER,
+        "tests/test_small.py": _test_file("small", "large", 1),
+        "tests/test_large.py": _test_file("large", "small", 3),
+    })  # fmt: skip
+    sync = tmp_path / "sync"
+    sync.mkdir()
+    env = {**run_env(root), "SYNC_DIR": str(sync), "PYTHONPATH": str(root / "tests")}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "-p", "no:randomly", "tests"], cwd=root,
+                          env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    out = proc.stdout + proc.stderr
+    print(out[-4000:])
+    assert proc.returncode == 0, out
+    record = read_results(root)
+    growth = {key.rpartition("::")[2]: m["growth_mib"] for key, m in record["metrics"].items()}
+    assert growth["test_small"] == pytest.approx(1024, rel=0.05), growth
+    assert growth["test_large"] == pytest.approx(3072, rel=0.05), growth
+    assert record["memory_source"] == "gpu"
+
+
+def test_a_tests_processes_are_itself_and_its_descendants() -> None:
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    child = psutil.Popen([sys.executable, "-c", f"import subprocess; subprocess.run({sleeper!r})"])
+    try:
+        deadline = time.monotonic() + 30
+        while not child.children() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        grandchild = child.children()[0].pid
+        assert {os.getpid(), child.pid, grandchild} <= gpu_processes.own_pids()
+    finally:
+        for proc in [*child.children(recursive=True), child]:
+            proc.kill()
+        child.wait()
+
+
+def test_without_a_gpu_a_shared_reading_falls_back_to_rss(monkeypatch: pytest.MonkeyPatch) -> None:
+    if gpu.local_gpu_count():
+        pytest.skip("a GPU machine: the GPU reading is test_two_tests_on_one_gpu_each_read_their_own_memory's")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
+    assert gpu_processes.sharing()
+    assert gpu_processes.readings() == [[]]  # this machine, no GPU: nothing of ours on one
+    reading = gpu.max_memory()
+    assert reading.source == "rss" and reading.mib >= gpu.self_peak_rss_mib() > 0
