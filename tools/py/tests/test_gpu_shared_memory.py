@@ -89,7 +89,9 @@ def test_two_tests_on_one_gpu_each_read_their_own_memory(tmp_path: Path) -> None
     })  # fmt: skip
     sync = tmp_path / "sync"
     sync.mkdir()
-    env = {**run_env(root), "SYNC_DIR": str(sync), "PYTHONPATH": str(root / "tests")}
+    env = run_env(root)
+    env["SYNC_DIR"] = str(sync)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root / "tests"), env.get("PYTHONPATH")]))
     proc = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "-p", "no:randomly", "tests"], cwd=root,
                           env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
     out = proc.stdout + proc.stderr
