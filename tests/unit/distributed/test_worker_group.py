@@ -90,8 +90,25 @@ def test_a_late_worker_is_named_and_does_not_outlive_its_group(ray_cluster, monk
             RayWorkerGroup(cluster, SlowWorker, seconds=600)
     finally:
         cluster.shutdown()
-    _, alive = psutil.wait_procs(_processes_titled("ray::SlowWorker"), timeout=30)
-    assert [p for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
+    assert _running_after("ray::SlowWorker", timeout_s=30) == []
+
+
+def _running_after(fragment: str, timeout_s: float) -> list[psutil.Process]:
+    """The processes titled `fragment` still running (not zombies) once all have ended or
+    `timeout_s` has passed. Not psutil.wait_procs: a zombie that is not our child counts as
+    alive there until the timeout, and a killed actor's process can stay one for a while."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        running = []
+        for proc in _processes_titled(fragment):
+            try:
+                if proc.status() != psutil.STATUS_ZOMBIE:
+                    running.append(proc)
+            except psutil.NoSuchProcess:
+                continue
+        if not running or time.monotonic() >= deadline:
+            return running
+        time.sleep(0.1)
 
 
 def test_a_constructor_error_is_raised_at_once_not_after_the_wait(ray_cluster) -> None:
