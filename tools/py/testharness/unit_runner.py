@@ -22,7 +22,6 @@ from testharness.requirements import first_option_problem
 from testharness.settings import MarkerGroup, Settings, SettingsError, load_settings
 from testharness.supervisor import supervise
 
-
 PROG_ENV = "TESTHARNESS_PROG"  # what the user runs, for the help (a wrapper script names itself)
 DEFAULT_PROG = "testharness run-unit"
 

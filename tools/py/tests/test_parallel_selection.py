@@ -19,7 +19,7 @@ from xdist_project import (
     run_pytest,
 )
 
-from testharness import parallel, xdist_schedule
+from testharness import barrier, xdist_schedule
 
 # --- selection under -n --------------------------------------------------------------------
 
@@ -142,13 +142,13 @@ def test_files_start_longest_first_and_run_first_stays_first(tmp_path: Path, sha
 
 
 def test_barrier_waits_for_every_marker(tmp_path: Path) -> None:
-    markers = [parallel.done_marker(tmp_path, n) for n in ("a::x", "b::y")]
+    markers = [barrier.done_marker(tmp_path, n) for n in ("a::x", "b::y")]
     assert markers[0] != markers[1]
-    assert parallel.wait_for_markers(markers, timeout_s=0.3, poll_s=0.05) == markers
+    assert barrier.wait_for_markers(markers, timeout_s=0.3, poll_s=0.05) == markers
     markers[0].touch()
-    assert parallel.wait_for_markers(markers, timeout_s=0.3, poll_s=0.05) == markers[1:]
+    assert barrier.wait_for_markers(markers, timeout_s=0.3, poll_s=0.05) == markers[1:]
     markers[1].touch()
-    assert parallel.wait_for_markers(markers, timeout_s=0) == []
+    assert barrier.wait_for_markers(markers, timeout_s=0) == []
 
 
 def test_next_file_is_the_longest_unless_the_worker_is_still_busy() -> None:
