@@ -16,7 +16,10 @@ Upstream NeMo RL's other "only" groups (`vllm`, `automodel`, `sglang`, `trtllm`,
 refuses it), and an option whose group `requires` a module that cannot be imported stops
 with one line before collection.
 
-An explicit `-m EXPR` replaces these rules; `-k` combines with them as usual. The plugin
+An explicit `-m EXPR` replaces these rules; `-k` combines with them as usual. Under
+`--testmon`, a test file whose every test a group leaves out is not even collected (imported),
+as testmon does not collect the files it skips: "nothing changed" then costs no import of,
+say, megatron-core. The plugin
 registers the groups' markers and its own (`run_first`, `num_gpus`), so a project run with
 `--strict-markers` declares none of them.
 """
@@ -24,6 +27,7 @@ registers the groups' markers and its own (`run_first`, `num_gpus`), so a projec
 from __future__ import annotations
 
 import ast
+import fnmatch
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
@@ -177,6 +181,18 @@ def pytest_configure(config: pytest.Config) -> None:
             if problem is not None:
                 # A UsageError prints one `ERROR: ...` line (no traceback) and exits before collection.
                 raise pytest.UsageError(problem)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Under --testmon, skip a test file this run's marker groups leave out whole (its tests
+    would be deselected; collecting it would only import it)."""
+    if not getattr(config.option, "testmon", False) or config.option.collectonly:
+        return None
+    if collection_path.suffix != ".py" or not any(
+        fnmatch.fnmatch(collection_path.name, glob) for glob in config.getini("python_files")
+    ):
+        return None
+    return True if file_left_out(config, collection_path) else None
 
 
 @pytest.hookimpl(tryfirst=True)  # filter before sharding splits the list

@@ -40,8 +40,10 @@ def _project(root: Path) -> Path:
         )
     (root / "tests" / "test_b.py").write_text("from mylib.b import g\n\ndef test_b():\n    assert g() == 2\n")
     # Left out of every default run, so testmon never records it: the plan reads its marks.
+    # Left out whole, so not even imported (it leaves a file when it is).
     (root / "tests" / "test_mcore.py").write_text(
-        "import pytest\n\npytestmark = pytest.mark.mcore\n\ndef test_m():\n    pass\n"
+        "import pathlib\nimport pytest\n\npathlib.Path(__file__ + '.imported').touch()\n"
+        "pytestmark = pytest.mark.mcore\n\ndef test_m():\n    pass\n"
     )
     return root
 
@@ -76,3 +78,12 @@ def test_nothing_selected_starts_no_worker_and_no_ray_and_a_few_files_few_worker
     assert edit.returncode == 0, out
     assert "testharness: 1 test file(s) to run: 1 xdist worker(s) instead of 3" in out
     assert list(json.loads((root / "out" / "unit_results.json").read_text())["tests"]) == ["tests/test_b.py::test_b"]
+    assert not (root / "tests" / "test_mcore.py.imported").exists()  # three --testmon runs, never collected
+
+    env = {**run_env(root), "RAY_TMPDIR": str(ray_tmp)}
+    mcore = subprocess.run(["bash", str(RUN_UNIT), "--testmon", "--mcore-only", "-p", "no:randomly"], cwd=root,
+                           env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert mcore.returncode == 0, mcore.stdout + mcore.stderr
+    assert list(json.loads((root / "out" / "unit_results.json").read_text())["tests"]) == [
+        "tests/test_mcore.py::test_m"
+    ]
