@@ -198,7 +198,7 @@ def _gcs() -> Any:
     connect = getattr(state, "_connect_and_get_accessor", None)
     if connect is not None:
         return connect()
-    state._check_connected()  # Ray 2.40: made on first use, then an attribute
+    state._check_connected()  # Ray 2.45 (the range's low end): made on first use, then an attribute
     return state.global_state_accessor
 
 
@@ -230,7 +230,7 @@ def job_actors(ray: ModuleType, job_hex: str) -> dict[str, Actor]:
 
 
 def _node_of(address: Any) -> str:
-    # A worker's address names its node `node_id`; `raylet_id` in Ray 2.40.
+    # A worker's address names its node `node_id`; `raylet_id` in Ray 2.45 (the range's low end).
     field = "node_id" if "node_id" in address.DESCRIPTOR.fields_by_name else "raylet_id"
     return str(getattr(address, field).hex())
 

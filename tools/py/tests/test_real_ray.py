@@ -131,9 +131,9 @@ def test_job_actors_and_placement_groups_come_from_the_gcs(ray_cluster: Any) -> 
         assert pg.id not in real_ray.job_placement_groups(other_job)
 
         real_ray.kill_actor(ray, found.id)  # by id: no handle needed
+        _wait_until(lambda: found.id not in real_ray.job_actors(ray, job))  # dead ones are left out
         with pytest.raises(ray.exceptions.RayActorError):
             ray.get(actor.pid.remote(), timeout=120)
-        _wait_until(lambda: found.id not in real_ray.job_actors(ray, job))  # dead ones are left out
         remove_placement_group(group)
         _wait_until(lambda: pg.id not in real_ray.job_placement_groups(job))  # so are removed ones
     finally:

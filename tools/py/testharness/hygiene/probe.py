@@ -63,12 +63,14 @@ def _children(pid: int) -> list[int]:
 
 def job_of(pid: int) -> str | None:
     """The Ray job a worker process was started for (the raylet puts RAY_JOB_ID in its
-    environment); None when it names none or cannot be read."""
+    environment); None when it names none (a worker started before any job asked for it:
+    the nil id, ffffffff, in Ray 2.45) or cannot be read."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as fh:
             for entry in fh.read().split(b"\0"):
                 if entry.startswith(b"RAY_JOB_ID="):
-                    return entry.partition(b"=")[2].decode("ascii", "replace")
+                    job = entry.partition(b"=")[2].decode("ascii", "replace")
+                    return None if not job.strip("f") else job
     except OSError:
         pass
     return None

@@ -202,7 +202,7 @@ class ReachRecorder:
         if real_ray.imported() is not None:
             self._patch_ray()
         else:  # not imported yet, or a stand-in (never patched): Ray's own import, if it comes
-            sys.meta_path.insert(0, _AfterImport("ray", self._patch_ray, self))
+            sys.meta_path.insert(0, _AfterImport("ray", self._patch_ray, self, before=self._note_ray_dir))
 
     def uninstall(self) -> None:
         self._installed = False
@@ -215,9 +215,16 @@ class ReachRecorder:
             shutil.rmtree(self._task_dir, ignore_errors=True)
             self._task_dir = None
 
+    def _note_ray_dir(self, spec: importlib.machinery.ModuleSpec) -> None:
+        # Before `import ray` runs: what its import starts is Ray's too (Ray 2.40 runs a
+        # subprocess to look for AMD GPUs), not the test's. Confirmed or undone by _patch_ray.
+        if spec.origin:
+            self._ray_dir = os.path.dirname(os.path.abspath(spec.origin)) + os.sep
+
     def _patch_ray(self) -> None:
         ray = real_ray.imported()
         if ray is None:
+            self._ray_dir = None
             return  # a `ray` of the project's own (a folder shadowing Ray): nothing of Ray's to patch
         import ray.actor
         import ray.remote_function
@@ -367,12 +374,20 @@ def _runs_calls_in_order(cls: Any, meta: Any, options: dict[str, Any]) -> bool:
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
-    """Calls `callback` once the top-level package `name` has finished importing."""
+    """Calls `callback` once the top-level package `name` has finished importing (and
+    `before(spec)` as it starts)."""
 
-    def __init__(self, name: str, callback: Callable[[], None], owner: object) -> None:
+    def __init__(
+        self,
+        name: str,
+        callback: Callable[[], None],
+        owner: object,
+        before: Callable[[importlib.machinery.ModuleSpec], None] | None = None,
+    ) -> None:
         self.name = name
         self.callback = callback
         self.owner = owner
+        self.before = before
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
         if fullname != self.name:
@@ -385,6 +400,8 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         finder = self
 
         def exec_then_patch(module: types.ModuleType) -> None:
+            if finder.before is not None:
+                finder.before(spec)
             exec_module(module)
             if finder in sys.meta_path:
                 sys.meta_path.remove(finder)
