@@ -76,10 +76,12 @@ def _run(tmp_path: Path, head: Head, files: dict[str, dict[str, str]], history: 
     return root, out
 
 
-def _pytest(root: Path, env: dict[str, str], timeout_s: float = 240) -> tuple[int, str]:
+def _pytest(root: Path, env: dict[str, str], timeout_s: float = 600) -> tuple[int, str]:
     """`pytest -n 2` in `root`: its exit status and output. A run still going after `timeout_s`
     (a worker that never gets its work, a barrier that waits on a crashed test) is ended, and
-    the test fails with what it printed."""
+    the test fails with what it printed. 12 s here as a rule; a loaded CI box with two
+    containers beside it took over 240 s (each crash starts a new worker, which imports the
+    plugins and joins Ray again), so the guard is far above that."""
     log = root / "pytest_n2.log"
     cmd = [sys.executable, "-m", "pytest", *PLUGIN, "-v", "-rA", "-n", "2", "-p", "no:randomly"]
     with log.open("w") as out:
