@@ -24,6 +24,7 @@ of docs/harness-map.md, which a change to a `tryfirst`/`trylast`/`wrapper` updat
 
 from __future__ import annotations
 
+import os
 from typing import Any, Final
 
 import pytest
@@ -52,6 +53,14 @@ def settings_of(config: pytest.Config) -> Settings:
 
 def is_xdist_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
+
+
+def gpus_shared() -> bool:
+    """Whether other tests use this machine's GPUs at the same time: this is an xdist worker
+    of several, or a pytest run inside one. xdist sets PYTEST_XDIST_WORKER_COUNT in a worker's
+    environment before its config exists; child processes and in-process runs inherit it.
+    (The GPU leak check is then off; the tracker reads the test's own processes.)"""
+    return int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1) > 1
 
 
 def is_xdist_controller(config: pytest.Config) -> bool:

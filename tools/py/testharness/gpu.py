@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from testharness import gpu_processes, real_ray
+from testharness.contract import gpus_shared
 
 MIB = 1024 * 1024
 
@@ -193,7 +194,7 @@ def max_memory() -> MemoryReading:
     """The value behind tracker.get_max_mem(), in MiB. Under pytest-xdist, where tests share
     GPUs, the GPU memory of this test's own processes (gpu_processes); otherwise, as upstream,
     the largest memory in use on any GPU of the cluster."""
-    if gpu_processes.sharing():
+    if gpus_shared():
         own = [mib for node in gpu_processes.readings() or [] for mib in node]
         if own:  # none: no GPU, or pids not ours to match (a PID namespace): the reading below
             return MemoryReading(max(own), "gpu", tuple(gpu_types()))

@@ -21,11 +21,6 @@ from typing import Any
 from testharness import real_ray
 
 
-def sharing() -> bool:
-    """Whether this process is a pytest-xdist worker (tests may run beside it on its GPUs)."""
-    return bool(os.environ.get("PYTEST_XDIST_WORKER"))
-
-
 def own_pids() -> set[int]:
     """This process and all its descendants (those that have ended are not listed)."""
     import psutil

@@ -19,6 +19,7 @@ import pytest
 from records_project import read_results, run_env, write_project
 
 from testharness import gpu, gpu_processes
+from testharness.contract import gpus_shared
 
 HOLDER = """
 import os
@@ -122,8 +123,8 @@ def test_a_tests_processes_are_itself_and_its_descendants() -> None:
 def test_without_a_gpu_a_shared_reading_falls_back_to_rss(monkeypatch: pytest.MonkeyPatch) -> None:
     if gpu.local_gpu_count():
         pytest.skip("a GPU machine: the GPU reading is test_two_tests_on_one_gpu_each_read_their_own_memory's")
-    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
-    assert gpu_processes.sharing()
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+    assert gpus_shared()
     assert gpu_processes.readings() == [[]]  # this machine, no GPU: nothing of ours on one
     reading = gpu.max_memory()
     assert reading.source == "rss" and reading.mib >= gpu.self_peak_rss_mib() > 0

@@ -30,7 +30,6 @@ names the stuck actor method, file and line; the stacks go to the report and the
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import threading
@@ -42,7 +41,7 @@ from typing import Any
 import pytest
 
 from testharness import supervised
-from testharness.contract import get_extra, put_extra, settings_of
+from testharness.contract import get_extra, gpus_shared, put_extra, settings_of
 from testharness.hygiene import core, hang, probe
 from testharness.settings import Hygiene
 
@@ -53,13 +52,6 @@ _LEAKS = pytest.StashKey[list[core.Leak]]()
 _HANG = pytest.StashKey["hang.Diagnosis"]()
 _HANG_REPORTED = pytest.StashKey[bool]()
 POLL_S = 0.1
-
-
-def _shares_gpus() -> bool:
-    """Whether other tests use this machine's GPUs at the same time: this is an xdist worker
-    of several, or a pytest run inside one. xdist sets PYTEST_XDIST_WORKER_COUNT in a worker's
-    environment before its config exists; child processes and in-process runs inherit it."""
-    return int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1) > 1
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -117,7 +109,7 @@ class _Hygiene:
         self.check = self.settings.leak_check and not opt("no_leak_check", False)
         flag = opt("fail_on_leak", None)
         self.fail_on_leak = self.settings.fail_on_leak if flag is None else bool(flag)
-        self.gpus = probe.Gpus() if self.check and not _shares_gpus() else None
+        self.gpus = probe.Gpus() if self.check and not gpus_shared() else None
 
     # --- the leak check ----------------------------------------------------------------
 
