@@ -4,8 +4,9 @@ Under pytest-xdist several tests run at once, and with fractional GPUs several o
 GPU: a whole device's memory would count the others' too. A test's processes are this process,
 its descendants (a child running a Ray cluster of its own included), and the Ray workers of
 this process's Ray job (its actors in the shared cluster: each xdist worker is a Ray driver of
-its own, so a job of its own; the raylet names the job in each worker's RAY_JOB_ID). NVML lists
-every process using a GPU with the memory it holds; the reading sums ours per GPU.
+its own, so a job of its own: its actors' pids come from the GCS, and the raylet names the job
+in each worker's RAY_JOB_ID, which covers its tasks too). NVML lists every process using a GPU
+with the memory it holds; the reading sums ours per GPU.
 
 NVML names processes by the host's pids. Where ours are another PID namespace's (a container
 without the host's), they cannot be matched: the reading is None and the caller falls back to
@@ -88,6 +89,19 @@ def reader() -> Any:
     return read
 
 
+def _actor_pids(ray: Any, job_hex: str) -> dict[str, set[int]]:
+    """Per node id, the pids of this job's live actors (a worker Ray started before the job
+    asked for it names no job in its environment)."""
+    by_node: dict[str, set[int]] = {}
+    try:
+        for actor in real_ray.job_actors(ray, job_hex).values():
+            if actor.pid:
+                by_node.setdefault(actor.node_id, set()).add(actor.pid)
+    except Exception:  # noqa: BLE001  a cluster going away or another Ray: RAY_JOB_ID alone
+        pass
+    return by_node
+
+
 def readings(timeout_s: float = 60.0) -> list[list[float]] | None:
     """Per node, MiB per GPU held by this test's processes: on this machine its own and its
     Ray job's, on the cluster's other nodes (a zero-CPU task pinned to each) its job's. None
@@ -95,15 +109,20 @@ def readings(timeout_s: float = 60.0) -> list[list[float]] | None:
     read = reader()
     ray = real_ray.connected()
     job = ray_job_hex()
-    here = read(job, sorted(own_pids()))
-    if here is None or ray is None:
+    if ray is None or job is None:
+        here = read(None, sorted(own_pids()))
         return None if here is None else [here]
+    actors = _actor_pids(ray, job)
     this_node = real_ray.this_node_id(ray)
+    here = read(job, sorted(own_pids() | actors.get(this_node, set())))
+    if here is None:
+        return None
     others = [node for node in real_ray.alive_node_ids(ray) if node != this_node]
     if not others:
         return [here]
     try:
-        there = ray.get([real_ray.on_node(ray, read, node).remote(job, []) for node in others], timeout=timeout_s)
+        calls = [real_ray.on_node(ray, read, node).remote(job, sorted(actors.get(node, ()))) for node in others]
+        there = ray.get(calls, timeout=timeout_s)
     except Exception:  # noqa: BLE001  a node that cannot answer (any Ray error): whole devices, never a failed test
         return None
     return None if any(r is None for r in there) else [here, *there]

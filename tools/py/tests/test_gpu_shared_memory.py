@@ -9,8 +9,10 @@ the tracker must give each its own allocation, within 5%.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -128,3 +130,37 @@ def test_without_a_gpu_a_shared_reading_falls_back_to_rss(monkeypatch: pytest.Mo
     assert gpu_processes.readings() == [[]]  # this machine, no GPU: nothing of ours on one
     reading = gpu.max_memory()
     assert reading.source == "rss" and reading.mib >= gpu.self_peak_rss_mib() > 0
+
+
+ACTOR_PIDS = """
+import os
+import ray
+from testharness import gpu_processes, real_ray
+
+ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+
+
+@ray.remote(num_cpus=0)
+class Sleeper:
+    def pid(self):
+        return os.getpid()
+
+
+actor = Sleeper.remote()
+pid = ray.get(actor.pid.remote())
+found = gpu_processes._actor_pids(ray, gpu_processes.ray_job_hex())
+assert found == {real_ray.this_node_id(ray): {pid}}, (found, pid)
+ray.kill(actor)
+print("ok")
+"""
+
+
+def test_a_tests_ray_processes_are_its_jobs_actors_by_node() -> None:
+    pytest.importorskip("ray")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="gpr_", dir="/tmp")  # short: Ray's socket paths fit 107 bytes
+    try:
+        proc = subprocess.run([sys.executable, "-c", ACTOR_PIDS], env=env, capture_output=True, text=True, timeout=180)
+    finally:
+        shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout + proc.stderr
