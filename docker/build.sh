@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the hermetic test image (docker/Dockerfile). See docs/docker.md.
 #
-#   bash docker/build.sh [--tag T] [--python 3.11|3.13] [--mcore] [--base IMAGE] [--rebuild-base] [--no-cache]
+#   bash docker/build.sh [--tag T] [--python 3.11|3.13] [--mcore] [--ray V] [--base IMAGE] [--rebuild-base] [--no-cache]
 #
 # The image holds the project's dependencies only (uv.lock, group `test`); the repository
 # itself is mounted at run time by tests/run_*_in_docker.sh.
@@ -9,13 +9,15 @@ set -euo pipefail
 
 usage() {
   cat <<'EOF'
-Usage: bash docker/build.sh [--tag T] [--python 3.11|3.13] [--mcore] [--base IMAGE] [--rebuild-base] [--no-cache]
+Usage: bash docker/build.sh [--tag T] [--python 3.11|3.13] [--mcore] [--ray V] [--base IMAGE] [--rebuild-base] [--no-cache]
 
   --tag T          image tag (default: nemo-rl-test:latest, nemo-rl-test:mcore with --mcore,
-                   nemo-rl-test:py3.13 with --python 3.13)
+                   nemo-rl-test:py3.13 with --python 3.13, nemo-rl-test:ray2.46.0 with --ray 2.46.0)
   --python V       3.11 (default: Debian 12 bookworm, Python 3.11.2 from Debian) or 3.13
                    (Debian 13 trixie); the base image and DEBIAN_SUITE follow
   --mcore          also install the `mcore` extra (megatron-core)
+  --ray V          Ray V in place of the locked one (a last layer of its own: the rest is the
+                   same image); CI tests the low end of the harness's Ray range with it
   --base IMAGE     base image (default: $BASE_IMAGE or python:V-slim-<suite>)
   --rebuild-base   rebuild the local Debian base even if it exists (only when the base cannot be pulled)
   --no-cache       do not reuse cached layers
@@ -31,6 +33,7 @@ die() { echo "docker/build.sh: $*" >&2; exit 2; }
 
 TAG=""
 MCORE=0
+RAY_VERSION=""
 BASE_IMAGE="${BASE_IMAGE:-}"
 PYTHON_VERSION=3.11
 REBUILD_BASE=0
@@ -40,6 +43,8 @@ while [[ $# -gt 0 ]]; do
     --tag) [[ $# -ge 2 ]] || die "--tag needs a value"; TAG="$2"; shift 2 ;;
     --tag=*) TAG="${1#--tag=}"; shift ;;
     --mcore) MCORE=1; shift ;;
+    --ray) [[ $# -ge 2 ]] || die "--ray needs a value"; RAY_VERSION="$2"; shift 2 ;;
+    --ray=*) RAY_VERSION="${1#--ray=}"; shift ;;
     --python) [[ $# -ge 2 ]] || die "--python needs a value"; PYTHON_VERSION="$2"; shift 2 ;;
     --python=*) PYTHON_VERSION="${1#--python=}"; shift ;;
     --base) [[ $# -ge 2 ]] || die "--base needs a value"; BASE_IMAGE="$2"; shift 2 ;;
@@ -56,10 +61,13 @@ case "$PYTHON_VERSION" in
   3.13) SUITE_FOR_PYTHON=trixie ;;
   *) usage >&2; die "--python must be 3.11 or 3.13 (the Pythons of Debian 12 and 13), got '$PYTHON_VERSION'" ;;
 esac
-if [[ -z "$TAG" ]]; then  # latest, mcore, py3.13, py3.13-mcore
+[[ -z "$RAY_VERSION" || "$RAY_VERSION" =~ ^[0-9]+(\.[0-9]+)*$ ]] \
+  || { usage >&2; die "--ray takes a release number such as 2.46.0, got '$RAY_VERSION'"; }
+if [[ -z "$TAG" ]]; then  # latest, mcore, py3.13, py3.13-mcore, ray2.46.0, ...
   variant=""
   [[ $PYTHON_VERSION == 3.11 ]] || variant="py$PYTHON_VERSION"
   [[ $MCORE == 0 ]] || variant="${variant:+$variant-}mcore"
+  [[ -z "$RAY_VERSION" ]] || variant="${variant:+$variant-}ray$RAY_VERSION"
   TAG="nemo-rl-test:${variant:-latest}"
 fi
 
@@ -213,11 +221,12 @@ args=(--tag "$TAG" --file "$ctx/Dockerfile" --build-arg "BASE_IMAGE=$base" --bui
   "${NO_CACHE[@]}")
 [[ -n "$uv_version" ]] && args+=(--build-arg "UV_VERSION=$uv_version")
 [[ $MCORE == 1 ]] && args+=(--build-arg "UV_EXTRAS=--extra mcore")
+[[ -n "$RAY_VERSION" ]] && args+=(--build-arg "RAY_VERSION=$RAY_VERSION")
 for v in HTTP_PROXY HTTPS_PROXY NO_PROXY http_proxy https_proxy no_proxy; do
   [[ -n "${!v:-}" ]] && args+=(--build-arg "$v")   # predefined args: not kept in the image history
 done
 
-echo ">> building $TAG from $base (builder: $builder, uv ${uv_version:-default})" >&2
+echo ">> building $TAG from $base (builder: $builder, uv ${uv_version:-default}${RAY_VERSION:+, Ray $RAY_VERSION})" >&2
 case "$builder" in
   buildx) docker buildx build --load "${args[@]}" "$ctx" ;;
   buildkit) DOCKER_BUILDKIT=1 docker build "${args[@]}" "$ctx" ;;

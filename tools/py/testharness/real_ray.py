@@ -114,7 +114,7 @@ def local_head_address() -> str | None:
 
     Only `ray start` writes this record, so a Ray instance that another pytest session started
     in-process (and will stop) is never joined; a killed head's stale record is not trusted.
-    Never imports Ray when it is not installed; None where this Ray differs."""
+    Imports Ray (run_unit's discovery, before any test); None without Ray or where it differs."""
     try:
         from ray._private.services import find_bootstrap_address
 
@@ -198,7 +198,7 @@ def _gcs() -> Any:
     connect = getattr(state, "_connect_and_get_accessor", None)
     if connect is not None:
         return connect()
-    state._check_connected()  # Ray 2.45 (the range's low end): made on first use, then an attribute
+    state._check_connected()  # Ray 2.46 (the range's low end): made on first use, then an attribute
     return state.global_state_accessor
 
 
@@ -230,7 +230,7 @@ def job_actors(ray: ModuleType, job_hex: str) -> dict[str, Actor]:
 
 
 def _node_of(address: Any) -> str:
-    # A worker's address names its node `node_id`; `raylet_id` in Ray 2.45 (the range's low end).
+    # A worker's address names its node `node_id`; `raylet_id` in Ray 2.46 (the range's low end).
     field = "node_id" if "node_id" in address.DESCRIPTOR.fields_by_name else "raylet_id"
     return str(getattr(address, field).hex())
 

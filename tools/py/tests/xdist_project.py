@@ -67,7 +67,7 @@ def pytest_testharness_start_ray(config, workers):
     for attempt in range(3):  # a loaded machine: Ray's own start-up waits can run out
         try:
             # The machine's own address, not 127.0.0.1: the workers join it, and a joiner turns
-            # 127.0.0.1 into that address, which Ray 2.45's GCS does not listen on (2.60's does).
+            # 127.0.0.1 into that address, which Ray 2.46's GCS does not listen on (2.60's does).
             ray.init(address="local", num_cpus=4, num_gpus=int(os.environ.get("FAKE_GPUS", "0")),
                      include_dashboard=False)
             return ray.get_runtime_context().gcs_address
@@ -219,7 +219,7 @@ def shared_head() -> Iterator[Head]:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="par_head_", dir="/tmp")
     code = (
-        # The machine's own address (not 127.0.0.1: a joiner turns it into that, where 2.45's GCS is not).
+        # The machine's own address (not 127.0.0.1: a joiner turns it into that, where 2.46's GCS is not).
         "import sys, ray; ray.init(num_cpus=4, include_dashboard=False); "
         "print(ray.get_runtime_context().gcs_address, flush=True); sys.stdin.read(); ray.shutdown()"
     )

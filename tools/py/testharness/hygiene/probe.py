@@ -64,7 +64,7 @@ def _children(pid: int) -> list[int]:
 def job_of(pid: int) -> str | None:
     """The Ray job a worker process was started for (the raylet puts RAY_JOB_ID in its
     environment); None when it names none (a worker started before any job asked for it:
-    the nil id, ffffffff, in Ray 2.45) or cannot be read."""
+    the nil id, ffffffff, in Ray 2.46) or cannot be read."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as fh:
             for entry in fh.read().split(b"\0"):

@@ -216,7 +216,7 @@ class ReachRecorder:
             self._task_dir = None
 
     def _note_ray_dir(self, spec: importlib.machinery.ModuleSpec) -> None:
-        # Before `import ray` runs: what its import starts is Ray's too (Ray 2.40 runs a
+        # Before `import ray` runs: what its import starts is Ray's too (Ray 2.46 runs a
         # subprocess to look for AMD GPUs), not the test's. Confirmed or undone by _patch_ray.
         if spec.origin:
             self._ray_dir = os.path.dirname(os.path.abspath(spec.origin)) + os.sep
