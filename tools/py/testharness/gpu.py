@@ -195,9 +195,10 @@ def max_memory() -> MemoryReading:
     GPUs, the GPU memory of this test's own processes (gpu_processes); otherwise, as upstream,
     the largest memory in use on any GPU of the cluster."""
     if gpus_shared():
-        own = [mib for node in gpu_processes.readings() or [] for mib in node]
+        nodes = gpu_processes.readings() or []
+        own = [mib for used, _ in nodes for mib in used]
         if own:  # none: no GPU, or pids not ours to match (a PID namespace): the reading below
-            return MemoryReading(max(own), "gpu", tuple(gpu_types()))
+            return MemoryReading(max(own), "gpu", tuple(sorted({n for _, names in nodes for n in names})))
     return combine(cluster_readings(), self_peak_rss_mib())
 
 

@@ -21,6 +21,8 @@ from typing import Any
 
 from testharness import real_ray
 
+Reading = tuple[list[float], list[str]]  # one node: MiB per GPU held by the test's processes, GPU names
+
 
 def own_pids() -> set[int]:
     """This process and all its descendants (those that have ended are not listed)."""
@@ -34,26 +36,19 @@ def own_pids() -> set[int]:
     return pids
 
 
-def ray_job_hex() -> str | None:
-    """This process's Ray job id (hex) when it is connected to a cluster, else None."""
-    ray = real_ray.connected()
-    if ray is None:
-        return None
-    return str(ray.get_runtime_context().get_job_id())
-
-
 def reader() -> Any:
-    """The per-node reading `read(job_hex, pids) -> list of MiB per GPU, or None`. Built in a
-    function so that cloudpickle ships it by value to a Ray task on another node: Ray workers
-    need not be able to import testharness. It imports only pynvml."""
+    """The per-node reading `read(job_hex, pids) -> (MiB per GPU, GPU names), or None`. Built
+    in a function so that cloudpickle ships it by value to a Ray task on another node: Ray
+    workers need not be able to import testharness (so it reads RAY_JOB_ID itself, as
+    hygiene.probe.job_of does). It imports only pynvml."""
 
-    def read(job_hex: str | None, pids: list[int]) -> list[float] | None:
+    def read(job_hex: str | None, pids: list[int]) -> Reading | None:
         try:
             import pynvml  # type: ignore[import-untyped,unused-ignore]
 
             pynvml.nvmlInit()
         except Exception:  # no library or no driver on this node: no GPU to read
-            return []
+            return [], []
         ours = set(pids)
         job = job_hex.encode("ascii") if job_hex else None
 
@@ -67,9 +62,12 @@ def reader() -> Any:
                 return False
 
         used: list[float] = []
+        names: list[str] = []
         try:
             for i in range(pynvml.nvmlDeviceGetCount()):
                 handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+                name = pynvml.nvmlDeviceGetName(handle)
+                names.append(name.decode() if isinstance(name, bytes) else str(name))
                 total = 0
                 for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
                     if not os.path.exists(f"/proc/{proc.pid}"):
@@ -84,7 +82,7 @@ def reader() -> Any:
                 pynvml.nvmlShutdown()
             except pynvml.NVMLError:
                 pass
-        return used
+        return used, names
 
     return read
 
@@ -102,16 +100,16 @@ def _actor_pids(ray: Any, job_hex: str) -> dict[str, set[int]]:
     return by_node
 
 
-def readings(timeout_s: float = 60.0) -> list[list[float]] | None:
-    """Per node, MiB per GPU held by this test's processes: on this machine its own and its
-    Ray job's, on the cluster's other nodes (a zero-CPU task pinned to each) its job's. None
-    where a node's pids cannot be told apart (the caller reads whole devices)."""
+def readings(timeout_s: float = 60.0) -> list[Reading] | None:
+    """Per node, (MiB per GPU held by this test's processes, GPU names): on this machine its
+    own and its Ray job's, on the cluster's other nodes (a zero-CPU task pinned to each) its
+    job's. None where a node's pids cannot be told apart (the caller reads whole devices)."""
     read = reader()
     ray = real_ray.connected()
-    job = ray_job_hex()
-    if ray is None or job is None:
+    if ray is None:
         here = read(None, sorted(own_pids()))
         return None if here is None else [here]
+    job = real_ray.job_hex(ray)
     actors = _actor_pids(ray, job)
     this_node = real_ray.this_node_id(ray)
     here = read(job, sorted(own_pids() | actors.get(this_node, set())))

@@ -236,7 +236,7 @@ class _Controller:
                 ray.init(address=address, log_to_driver=False)
             run.started_here = not was_connected and not os.environ.get("RAY_ADDRESS")
             run.address = address
-            run.gpus = int(ray.cluster_resources().get("GPU", 0))
+            run.gpus = real_ray.cluster_gpus(ray)
         except Exception as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             pytest.exit(f"testharness: could not start the Ray cluster for -n: {first}", returncode=3)

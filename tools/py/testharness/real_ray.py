@@ -159,6 +159,11 @@ def gpus_of_cluster_at(address: str) -> int:
         return cluster_gpus(ray)
 
 
+def job_hex(ray: ModuleType) -> str:
+    """The id (hex) of this driver's Ray job: each xdist worker is a driver, so a job, of its own."""
+    return str(ray.get_runtime_context().get_job_id())
+
+
 def this_node_id(ray: ModuleType) -> str:
     """The id (hex) of the node this process runs on."""
     return str(ray.get_runtime_context().get_node_id())

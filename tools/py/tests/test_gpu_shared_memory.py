@@ -127,7 +127,7 @@ def test_without_a_gpu_a_shared_reading_falls_back_to_rss(monkeypatch: pytest.Mo
         pytest.skip("a GPU machine: the GPU reading is test_two_tests_on_one_gpu_each_read_their_own_memory's")
     monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
     assert gpus_shared()
-    assert gpu_processes.readings() == [[]]  # this machine, no GPU: nothing of ours on one
+    assert gpu_processes.readings() == [([], [])]  # this machine, no GPU: nothing of ours on one
     reading = gpu.max_memory()
     assert reading.source == "rss" and reading.mib >= gpu.self_peak_rss_mib() > 0
 
@@ -148,7 +148,7 @@ class Sleeper:
 
 actor = Sleeper.remote()
 pid = ray.get(actor.pid.remote())
-found = gpu_processes._actor_pids(ray, gpu_processes.ray_job_hex())
+found = gpu_processes._actor_pids(ray, real_ray.job_hex(ray))
 assert found == {real_ray.this_node_id(ray): {pid}}, (found, pid)
 ray.kill(actor)
 print("ok")

@@ -8,7 +8,8 @@ from typing import Any
 
 import ray
 
-from testharness.hygiene import hang, probe
+from testharness import real_ray
+from testharness.hygiene import hang
 
 
 @ray.remote(num_cpus=0)
@@ -25,7 +26,7 @@ def _busy_workers(job: str) -> list[str]:
 
 
 def test_a_busy_worker_of_another_job_is_not_this_jobs_task_worker(ray_cluster: Any) -> None:
-    job = probe.job_id_hex(ray)
+    job = real_ray.job_hex(ray)
     actor = SlowToStart.remote()
     try:
         deadline = time.monotonic() + 120

@@ -113,7 +113,7 @@ def test_job_actors_and_placement_groups_come_from_the_gcs(ray_cluster: Any) -> 
         def pid(self) -> int:
             return os.getpid()
 
-    job = str(ray.get_runtime_context().get_job_id())
+    job = real_ray.job_hex(ray)
     actor = Named.options(name="testharness-gcs-read").remote()
     group = placement_group([{"CPU": 0.01}], strategy="SPREAD", name="testharness-gcs-group")
     try:

@@ -182,7 +182,7 @@ def diagnose(
     exe = pyspy_path()
     if ray is not None:
         try:
-            job = probe.job_id_hex(ray)
+            job = real_ray.job_hex(ray)
             actors = sorted(real_ray.job_actors(ray, job).values(), key=lambda a: (a.class_name, a.id))
             here = real_ray.this_node_id(ray)
             tasks = _task_workers(_local_raylet_pid(ray), {a.pid for a in actors if a.node_id == here}, job)

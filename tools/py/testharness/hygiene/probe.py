@@ -22,10 +22,6 @@ from testharness.hygiene.core import Actor, Group, Proc, Snapshot
 MIB = 1024 * 1024
 
 
-def job_id_hex(ray: Any) -> str:
-    return str(ray.get_runtime_context().get_job_id())
-
-
 # --- processes ---------------------------------------------------------------------------
 
 
@@ -226,7 +222,7 @@ def snapshot(gpus: Gpus | None) -> Snapshot:
     read_ray = False
     if ray is not None:
         try:
-            job = job_id_hex(ray)
+            job = real_ray.job_hex(ray)
             actors, groups = real_ray.job_actors(ray, job), real_ray.job_placement_groups(job)
             read_ray = True
         except Exception:  # the cluster is going away: nothing to read
