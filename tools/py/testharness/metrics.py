@@ -111,12 +111,15 @@ def test_files_under(
 
 
 def _relative(path: Path, rootdir: Path) -> str:
-    for base in (path, path.resolve()):
-        try:
-            return base.relative_to(rootdir if base is path else rootdir.resolve()).as_posix()
-        except ValueError:
-            continue
-    return path.as_posix()
+    """`path` relative to `rootdir` as given, else with both resolved (a symlink), else whole."""
+    try:
+        return path.relative_to(rootdir).as_posix()
+    except ValueError:
+        pass
+    try:
+        return path.resolve().relative_to(rootdir.resolve()).as_posix()
+    except ValueError:
+        return path.as_posix()
 
 
 def clashing_test_files(

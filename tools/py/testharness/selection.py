@@ -16,12 +16,13 @@ Upstream NeMo RL's other "only" groups (`vllm`, `automodel`, `sglang`, `trtllm`,
 refuses it), and an option whose group `requires` a module that cannot be imported stops
 with one line before collection.
 
-An explicit `-m EXPR` replaces these rules; `-k` combines with them as usual. Under
-`--testmon`, a test file whose every test a group leaves out is not even collected (imported),
-as testmon does not collect the files it skips: "nothing changed" then costs no import of,
-say, megatron-core. The plugin
+An explicit `-m EXPR` replaces these rules; `-k` combines with them as usual. The plugin
 registers the groups' markers and its own (`run_first`, `num_gpus`), so a project run with
 `--strict-markers` declares none of them.
+
+Under `--testmon`, a test file whose every test a group leaves out is not even collected
+(imported), as testmon does not collect the files it skips: "nothing changed" then costs no
+import of, say, megatron-core.
 """
 
 from __future__ import annotations
