@@ -134,8 +134,11 @@ def test_upstreams_sft_sh_passes_from_the_project_root(project: Path, tmp_path: 
         data.read()
         workers.append(data)
     assert len(workers) >= 2, sorted(p.name for p in (project / "tests").iterdir())
+    # The two policy workers ran the worker's code; other Ray workers (Ray prestarts some, and
+    # they write their file too) may have only imported it, as the driver did.
     worker_code = "models/policy/workers/dtensor_policy_worker.py"
-    assert all(_lines(w, worker_code) > _lines(driver, worker_code) for w in workers)
+    ran_policy = [w for w in workers if _lines(w, worker_code) > _lines(driver, worker_code)]
+    assert len(ran_policy) >= 2, [_lines(w, worker_code) for w in workers]
 
 
 CHILD = """
