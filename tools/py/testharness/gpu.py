@@ -192,13 +192,17 @@ def _node_task() -> Any:
 
 def max_memory() -> MemoryReading:
     """The value behind tracker.get_max_mem(), in MiB. Under pytest-xdist, where tests share
-    GPUs, the GPU memory of this test's own processes (gpu_processes); otherwise, as upstream,
-    the largest memory in use on any GPU of the cluster."""
+    the machine, the memory of this test's own processes (gpu_processes): on its GPUs, or
+    without any GPU their peak RSS. Otherwise, as upstream, the largest memory in use on any
+    GPU of the cluster, or without GPUs the largest peak RSS of the test and the Ray workers."""
     if gpus_shared():
-        nodes = gpu_processes.readings() or []
-        own = [mib for used, _ in nodes for mib in used]
-        if own:  # none: no GPU, or pids not ours to match (a PID namespace): the reading below
-            return MemoryReading(max(own), "gpu", tuple(sorted({n for _, names in nodes for n in names})))
+        nodes = gpu_processes.readings()
+        if nodes is not None:  # None: pids not ours to match (a PID namespace): the reading below
+            names = tuple(sorted({n for _, node_names, _ in nodes for n in node_names}))
+            own = [mib for used, _, _ in nodes for mib in used]
+            if own:
+                return MemoryReading(max(own), "gpu", names)
+            return MemoryReading(max(rss for _, _, rss in nodes), "rss", names)
     return combine(cluster_readings(), self_peak_rss_mib())
 
 

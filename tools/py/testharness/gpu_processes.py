@@ -11,7 +11,9 @@ with the memory it holds; the reading sums ours per GPU.
 NVML names processes by the host's pids. Where ours are another PID namespace's (a container
 without the host's), they cannot be matched: the reading is None and the caller falls back to
 whole devices. Memory held by a plain Ray task (not an actor) of this job is counted while the
-task runs, like an actor's.
+task runs, like an actor's. On a node without GPUs the reading is the largest peak resident
+memory among the same processes (the kernel's VmHWM), so that a CPU machine's -n run records
+each test's own memory too, not the largest Ray worker's of the machine.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from typing import Any
 
 from testharness import real_ray
 
-Reading = tuple[list[float], list[str]]  # one node: MiB per GPU held by the test's processes, GPU names
+# One node: MiB per GPU held by the test's processes, GPU names, and (no GPU there) the largest
+# peak RSS in MiB among those processes (0.0 where the node has GPUs).
+Reading = tuple[list[float], list[str], float]
 
 
 def own_pids() -> set[int]:
@@ -37,18 +41,12 @@ def own_pids() -> set[int]:
 
 
 def reader() -> Any:
-    """The per-node reading `read(job_hex, pids) -> (MiB per GPU, GPU names), or None`. Built
-    in a function so that cloudpickle ships it by value to a Ray task on another node: Ray
-    workers need not be able to import testharness (so it reads RAY_JOB_ID itself, as
+    """The per-node reading `read(job_hex, pids) -> (MiB per GPU, GPU names, peak RSS MiB), or
+    None`. Built in a function so that cloudpickle ships it by value to a Ray task on another
+    node: Ray workers need not be able to import testharness (so it reads RAY_JOB_ID itself, as
     hygiene.probe.job_of does). It imports only pynvml."""
 
     def read(job_hex: str | None, pids: list[int]) -> Reading | None:
-        try:
-            import pynvml  # type: ignore[import-untyped,unused-ignore]
-
-            pynvml.nvmlInit()
-        except Exception:  # no library or no driver on this node: no GPU to read
-            return [], []
         ours = set(pids)
         job = job_hex.encode("ascii") if job_hex else None
 
@@ -58,8 +56,29 @@ def reader() -> Any:
             try:
                 with open(f"/proc/{pid}/environ", "rb") as fh:
                     return b"RAY_JOB_ID=" + job in fh.read().split(b"\0")
-            except OSError:
+            except OSError:  # ended, or another user's: not one of ours
                 return False
+
+        def peak_rss_mib(pid: int) -> float:
+            try:
+                with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
+                    for line in fh:
+                        if line.startswith("VmHWM:"):  # the kernel's peak resident set size, in kB
+                            return int(line.split()[1]) / 1024.0
+            except OSError:  # ended since it was listed
+                pass
+            return 0.0
+
+        def rss_reading() -> Reading:
+            procs = [int(d) for d in os.listdir("/proc") if d.isdigit()]
+            return [], [], max((peak_rss_mib(p) for p in procs if p in ours or in_job(p)), default=0.0)
+
+        try:
+            import pynvml  # type: ignore[import-untyped,unused-ignore]
+
+            pynvml.nvmlInit()
+        except Exception:  # no library or no driver on this node: no GPU to read
+            return rss_reading()
 
         used: list[float] = []
         names: list[str] = []
@@ -82,7 +101,7 @@ def reader() -> Any:
                 pynvml.nvmlShutdown()
             except pynvml.NVMLError:
                 pass
-        return used, names
+        return (used, names, 0.0) if names else rss_reading()
 
     return read
 
@@ -101,9 +120,10 @@ def _actor_pids(ray: Any, job_hex: str) -> dict[str, set[int]]:
 
 
 def readings(timeout_s: float = 60.0) -> list[Reading] | None:
-    """Per node, (MiB per GPU held by this test's processes, GPU names): on this machine its
-    own and its Ray job's, on the cluster's other nodes (a zero-CPU task pinned to each) its
-    job's. None where a node's pids cannot be told apart (the caller reads whole devices)."""
+    """Per node, (MiB per GPU held by this test's processes, GPU names, their peak RSS where
+    the node has no GPU): on this machine its own and its Ray job's, on the cluster's other
+    nodes (a zero-CPU task pinned to each) its job's. None where a node's pids cannot be told
+    apart (the caller reads whole devices)."""
     read = reader()
     ray = real_ray.connected()
     if ray is None:

@@ -1,9 +1,13 @@
-"""On a GPU: two tests share it under -n, and each one's tracker reads its own memory (issue 36).
+"""Tests beside each other under -n each read their own memory in the tracker (issue 36).
 
-Two test files run at once in two xdist workers, each with a Ray actor holding a quarter of
-the one GPU. In lock step, so that neither reading is taken alone: both read, both allocate
-(1 GiB and 3 GiB), both read again. A whole-device reading would give each the sum (4 GiB);
-the tracker must give each its own allocation, within 5%.
+Two test files run at once in two xdist workers, each with a Ray actor in the shared cluster.
+In lock step, so that neither reading is taken alone: both read, both allocate, both read
+again. On a GPU (each actor holds a quarter of it) they allocate 1 GiB and 3 GiB there: a
+whole-device reading would give each the sum (4 GiB); the tracker must give each its own
+allocation, within 5%. On a CPU machine they allocate 200 MiB and 800 MiB of host memory: the
+reading is the largest peak RSS among the test's own processes, so the small test must read
+less than the large one holds (upstream's reading, the largest Ray worker of the machine,
+would give it the large one's).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from pathlib import Path
 
 import ray
 
-GIB = 2**30
+MIB = 2**20
 SYNC = Path(os.environ["SYNC_DIR"])
 
 
@@ -43,52 +47,59 @@ def step(mine: str, theirs: str) -> None:
 
 
 @ray.remote(num_gpus=0.25)
-class Holder:
+class GpuHolder:
     def __init__(self) -> None:
         import torch
 
         torch.zeros(1, device="cuda")  # the CUDA context first: the readings then differ by the block alone
         self.blocks = []
 
-    def hold(self, gib: int) -> None:
+    def hold(self, mib: int) -> None:
         import torch
 
-        self.blocks.append(torch.empty(gib * GIB, dtype=torch.uint8, device="cuda"))
+        self.blocks.append(torch.empty(mib * MIB, dtype=torch.uint8, device="cuda"))
         torch.cuda.synchronize()
 
 
-def run(tracker, me: str, other: str, gib: int) -> None:
+@ray.remote(num_cpus=0)
+class RssHolder:
+    def __init__(self) -> None:
+        self.blocks = []
+
+    def hold(self, mib: int) -> None:
+        self.blocks.append(bytearray(mib * MIB))  # zero-filled, so resident
+
+
+def run(tracker, me: str, other: str, holder_class, mib: int) -> None:
     ray.init()  # the shared cluster (RAY_ADDRESS, exported by the harness under -n)
     try:
-        holder = Holder.remote()
+        holder = globals()[holder_class].remote()
         step(f"{me}_started", f"{other}_started")
         ray.get(holder.hold.remote(0))  # constructed
         step(f"{me}_ready", f"{other}_ready")
-        before = tracker.get_max_mem()
+        tracker.track("before_mib", tracker.get_max_mem())
         step(f"{me}_read", f"{other}_read")
-        ray.get(holder.hold.remote(gib))
+        ray.get(holder.hold.remote(mib))
         step(f"{me}_holds", f"{other}_holds")
-        growth = tracker.get_max_mem() - before
-        tracker.track("growth_mib", growth)
+        tracker.track("after_mib", tracker.get_max_mem())
         step(f"{me}_done", f"{other}_done")
     finally:
         ray.shutdown()
 """
 
 
-def _test_file(me: str, other: str, gib: int) -> str:
-    return f"from holder import run\n\n\ndef test_{me}(tracker):\n    run(tracker, {me!r}, {other!r}, {gib})\n"
-
-
-@pytest.mark.skipif(gpu.local_gpu_count() == 0, reason="needs a GPU (NVML sees none); run it on a GPU machine")
-def test_two_tests_on_one_gpu_each_read_their_own_memory(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
+def _run_pair(tmp_path: Path, holder_class: str, small_mib: int, large_mib: int) -> tuple[dict, dict, str]:
+    """Run the two tests side by side; (before, after) readings by test name, and the source."""
     pytest.importorskip("ray")
+
+    def test_file(me: str, other: str, mib: int) -> str:
+        return f"from holder import run\n\n\ndef test_{me}(tracker):\n    run(tracker, {me!r}, {other!r}, {holder_class!r}, {mib})\n"
+
     (tmp_path / "project").mkdir()
     root = write_project(tmp_path / "project", {
         "tests/holder.py": HOLDER,
-        "tests/test_small.py": _test_file("small", "large", 1),
-        "tests/test_large.py": _test_file("large", "small", 3),
+        "tests/test_small.py": test_file("small", "large", small_mib),
+        "tests/test_large.py": test_file("large", "small", large_mib),
     })  # fmt: skip
     sync = tmp_path / "sync"
     sync.mkdir()
@@ -101,10 +112,30 @@ def test_two_tests_on_one_gpu_each_read_their_own_memory(tmp_path: Path) -> None
     print(out[-4000:])
     assert proc.returncode == 0, out
     record = read_results(root)
-    growth = {key.rpartition("::")[2]: m["growth_mib"] for key, m in record["metrics"].items()}
+    metrics = {key.rpartition("::")[2]: m for key, m in record["metrics"].items()}
+    before = {name: m["before_mib"] for name, m in metrics.items()}
+    after = {name: m["after_mib"] for name, m in metrics.items()}
+    return before, after, record["memory_source"]
+
+
+@pytest.mark.skipif(gpu.local_gpu_count() == 0, reason="needs a GPU (NVML sees none); run it on a GPU machine")
+def test_two_tests_on_one_gpu_each_read_their_own_memory(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    before, after, source = _run_pair(tmp_path, "GpuHolder", 1024, 3072)
+    growth = {name: after[name] - before[name] for name in after}
     assert growth["test_small"] == pytest.approx(1024, rel=0.05), growth
     assert growth["test_large"] == pytest.approx(3072, rel=0.05), growth
-    assert record["memory_source"] == "gpu"
+    assert source == "gpu"
+
+
+def test_two_tests_on_a_cpu_machine_each_read_their_own_peak_rss(tmp_path: Path) -> None:
+    if gpu.local_gpu_count():
+        pytest.skip("a GPU machine: the tracker reads GPU memory there (the test above)")
+    before, after, source = _run_pair(tmp_path, "RssHolder", 200, 800)
+    assert source == "rss"
+    assert 200 <= after["test_small"] < 800, (before, after)  # its actor's block, not the other's
+    assert after["test_large"] >= 800, (before, after)
+    assert after["test_large"] - after["test_small"] >= 400, (before, after)
 
 
 def test_a_tests_processes_are_itself_and_its_descendants() -> None:
@@ -127,9 +158,10 @@ def test_without_a_gpu_a_shared_reading_falls_back_to_rss(monkeypatch: pytest.Mo
         pytest.skip("a GPU machine: the GPU reading is test_two_tests_on_one_gpu_each_read_their_own_memory's")
     monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
     assert gpus_shared()
-    assert gpu_processes.readings() == [([], [])]  # this machine, no GPU: nothing of ours on one
+    ((used, names, rss),) = gpu_processes.readings()  # this machine, no GPU: nothing of ours on one
+    assert (used, names) == ([], []) and rss >= gpu.self_peak_rss_mib() > 0  # this process is one of ours
     reading = gpu.max_memory()
-    assert reading.source == "rss" and reading.mib >= gpu.self_peak_rss_mib() > 0
+    assert reading.source == "rss" and reading.mib >= gpu.self_peak_rss_mib()
 
 
 ACTOR_PIDS = """
