@@ -152,6 +152,21 @@ def test_a_lost_report_falls_back_to_the_actors_modules(project: tuple[Path, Mod
     assert book.pending() == {}  # never asked again
 
 
+def test_an_actor_lost_as_it_ends_charges_its_modules_and_is_forgotten(
+    project: tuple[Path, ModuleType, ModuleType],
+) -> None:
+    book = _book(project[0])
+    _traced(book)  # t::first called `add`, not reported yet
+    book.lose(AID)  # killed in a constructor or a call: no last report
+    book.pop()
+    assert AID not in book.actors
+    assert MOD in book.reach_of("t::first", ["calc"])  # type: ignore[operator]
+    book.push_test("t::later")
+    book.note_remote(["rcpkg.mod"], actor=AID)  # a call it can no longer report on: the module whole
+    book.pop()
+    assert MOD in book.reach_of("t::later", [])  # type: ignore[operator]
+
+
 def test_an_actor_that_ended_or_is_gone_is_forgotten_and_a_busy_one_kept_as_lost(
     project: tuple[Path, ModuleType, ModuleType],
 ) -> None:
@@ -162,6 +177,16 @@ def test_an_actor_that_ended_or_is_gone_is_forgotten_and_a_busy_one_kept_as_lost
     book.fold_reports(asked={"ended", "busy"}, answered={"ended"}, reports={})
     assert set(book.actors) == {"busy"}
     assert book.actors["busy"].lost
+
+
+def test_a_round_among_some_actors_leaves_the_others_pending(project: tuple[Path, ModuleType, ModuleType]) -> None:
+    book = _book(project[0])
+    for aid in ("ending", "other"):
+        book.track(aid, "rcpkg.mod", "/x/rcpkg/mod.py")
+    book.fold_reports(
+        asked={"ending"}, answered={"ending"}, reports={"ending": ActorReport((), False)}, among={"ending"}
+    )
+    assert set(book.pending()) == {"ending", "other"}  # "other" was not part of the round: not lost, not forgotten
 
 
 def test_an_actor_whose_project_code_escaped_makes_its_users_opaque(

@@ -51,6 +51,19 @@ _HARNESS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.
 _DRAIN_TIMEOUT_S = 30.0  # an actor busy longer than this is no longer traced
 
 
+def _constructing(actor_id: str) -> bool:
+    """Whether this job's actor `actor_id` is still being created (its constructor has not
+    returned), as the GCS says; False where it cannot say (the actor is asked as before)."""
+    ray: Any = real_ray.connected()
+    if ray is None:
+        return False
+    try:
+        actor = real_ray.job_actors(ray, real_ray.job_hex(ray)).get(actor_id)
+    except Exception:  # noqa: BLE001  a cluster going away or another Ray: ask it, as before
+        return False
+    return actor is not None and actor.state != "ALIVE"
+
+
 class ReachRecorder:
     """Feeds a `ReachBook` from Ray's calls and the process audit events."""
 
@@ -137,21 +150,37 @@ class ReachRecorder:
 
     def ending(self, handle: Any) -> None:
         """`handle`'s actor is about to be terminated or killed: take its last report now
-        (it runs nothing after that) and stop asking it."""
+        (it runs nothing after that) and stop asking it. Only it is asked: the others report
+        at the next settle, under the same owners. One still in its constructor (a late
+        worker, a peer waiting for a rank that failed) cannot answer before it ends: asking
+        would hold the kill back for the whole drain timeout, so it is lost at once (its
+        owners get its modules whole, as for any report that does not come)."""
         actor_id = getattr(handle, "_ray_actor_id", None)
-        if actor_id is not None and actor_id.hex() in self.book.actors:
-            self.settle()
-            self.book.forget(actor_id.hex())
+        if actor_id is None or actor_id.hex() not in self.book.actors:
+            return
+        aid = actor_id.hex()
+        if _constructing(aid):
+            self.book.lose(aid)
+            return
+        try:
+            self._settle(only=aid)
+        except Exception:  # noqa: BLE001  never fail the kill: module granularity for it
+            self.book.lose(aid)
+        self.book.forget(aid)
 
-    def _settle(self) -> None:
+    def _settle(self, only: str | None = None) -> None:
+        """Ask the pending traced actors (or only actor `only`) for their reports and fold them."""
         from . import worker_trace
 
+        pending = self.book.pending()
+        if only is not None:
+            pending = {only: pending[only]} if only in pending else {}
         ray: Any = real_ray.connected()
         refs: dict[Any, str] = {}
         if ray is not None:
             ReachRecorder.draining = True
             try:
-                for aid, actor in self.book.pending().items():
+                for aid, actor in pending.items():
                     handle = self.handles[aid]() if aid in self.handles else None
                     if handle is not None:
                         with contextlib.suppress(Exception):  # a dead actor: its report is lost
@@ -165,7 +194,9 @@ class ReachRecorder:
         for ref in done:
             with contextlib.suppress(Exception):  # it ended meanwhile: its report is lost
                 reports[refs[ref]] = _report(ray.get(ref))
-        self.book.fold_reports(asked=set(refs.values()), answered={refs[ref] for ref in done}, reports=reports)
+        self.book.fold_reports(
+            asked=set(refs.values()), answered={refs[ref] for ref in done}, reports=reports, among=set(pending)
+        )
         self.handles = {aid: h for aid, h in self.handles.items() if aid in self.book.actors}
 
     def _ignored(self, frame: types.FrameType | None, process: bool) -> bool:

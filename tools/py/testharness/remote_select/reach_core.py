@@ -176,20 +176,33 @@ class ReachBook:
     def forget(self, actor_id: str) -> None:
         self.actors.pop(actor_id, None)
 
+    def lose(self, actor_id: str) -> None:
+        """`actor_id` ends without a last report: its owners get its modules whole."""
+        if actor_id in self.actors:
+            self.absorb(actor_id, None)
+            self.forget(actor_id)
+
     def pending(self) -> dict[str, TracedActor]:
         """The traced actors still worth asking for a report."""
         return {aid: a for aid, a in self.actors.items() if not a.lost}
 
     def fold_reports(
-        self, asked: Collection[str], answered: Collection[str], reports: Mapping[str, ActorReport | None]
+        self,
+        asked: Collection[str],
+        answered: Collection[str],
+        reports: Mapping[str, ActorReport | None],
+        among: Collection[str] | None = None,
     ) -> None:
         """Fold one round of reports into the owners on the stack: `asked` the actors a
         report was requested from, `answered` those whose request finished, `reports` what
         came back (None: an answer that is no report, e.g. from an untraced worker; such
         an actor is lost: module granularity from now on). An actor not asked (its handle
         is gone) or whose request failed has ended: nothing more to ask it. One asked but
-        still busy is kept, lost."""
+        still busy is kept, lost. `among`: the round asked only these (the others wait for the
+        next round)."""
         for aid in list(self.pending()):
+            if among is not None and aid not in among:
+                continue
             self.absorb(aid, reports.get(aid))
             if aid not in reports and (aid in answered or aid not in asked):
                 self.forget(aid)
