@@ -1,18 +1,20 @@
 """Fixtures of the megatron-core tests (marker `mcore`; run with --mcore-only).
 
-Nothing here imports megatron at module level: a default run (no `--extra mcore`) still collects
-these files, then deselects them.
+Nothing here imports megatron, torch or the CPU shim at module level: pytest loads this file in
+every run that walks the folder, also one that collects none of its tests (a default run under
+--testmon leaves the mcore files out whole), and importing torch alone takes seconds.
 """
 
 from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
-import torch
 
-from tests.unit.models.megatron import cpu_shim
+if TYPE_CHECKING:
+    import torch
 
 
 @pytest.fixture(scope="module")
@@ -21,8 +23,11 @@ def megatron_single_rank() -> Iterator[None]:
 
     gloo with the CPU shim when there is no GPU, nccl on GPU 0 otherwise; torn down after the module.
     """
+    import torch
     import torch.distributed as dist
     from megatron.core import parallel_state, tensor_parallel
+
+    from tests.unit.models.megatron import cpu_shim
 
     if dist.is_initialized():
         pytest.fail("torch.distributed is already initialised in the pytest process")
@@ -50,10 +55,13 @@ def megatron_single_rank() -> Iterator[None]:
 def megatron_worker(monkeypatch: pytest.MonkeyPatch) -> str:
     """Make `Policy` start the shimmed worker on CPU (the library's own worker on GPU); its path."""
     from nemo_rl.models.policy import policy
+    from tests.unit.models.megatron import cpu_shim
 
     monkeypatch.setattr(policy, "MEGATRON_WORKER", cpu_shim.worker_class())
     return cpu_shim.worker_class()
 
 
 def device() -> torch.device:
+    import torch
+
     return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
