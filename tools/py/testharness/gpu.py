@@ -61,16 +61,14 @@ def local_gpu_count() -> int:
     return len(local_gpus()[1])
 
 
+_vmhwm_mib = gpu_processes.peak_rss_reader()
+
+
 def _peak_rss_mib_of(pid: int) -> float:
-    # VmHWM is the kernel's peak resident set size of the process ("high water mark").
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    try:
+    peak = _vmhwm_mib(pid)
+    if peak is not None:
+        return peak
+    try:  # no /proc (macOS): the current RSS
         import psutil
 
         return float(psutil.Process(pid).memory_info().rss) / MIB
@@ -149,6 +147,7 @@ def cluster_readings(timeout_s: float = 60.0) -> list[NodeReading]:
 def _node_task() -> Any:
     """The per-node task body. Built inside a function so cloudpickle ships it by value and
     it imports only pynvml/psutil: Ray workers need not be able to import testharness."""
+    peak_rss_mib = gpu_processes.peak_rss_reader()
 
     def read() -> tuple[list[float], list[str], float]:
         used: list[float] = []
@@ -176,13 +175,7 @@ def _node_task() -> Any:
                     cmd = " ".join(p.info.get("cmdline") or [])
                     if not (cmd.startswith("ray::") or "default_worker.py" in cmd):
                         continue
-                    try:
-                        with open(f"/proc/{p.info['pid']}/status") as fh:
-                            for line in fh:
-                                if line.startswith("VmHWM:"):
-                                    peak = max(peak, int(line.split()[1]) / 1024.0)
-                    except OSError:
-                        continue
+                    peak = max(peak, peak_rss_mib(p.info["pid"]) or 0.0)
             except Exception:  # noqa: BLE001  psutil or /proc on a node in any state: a reading, never a failed test
                 pass
         return used, names, peak

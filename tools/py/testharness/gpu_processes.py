@@ -19,6 +19,7 @@ each test's own memory too, not the largest Ray worker's of the machine.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 from testharness import real_ray
@@ -40,11 +41,30 @@ def own_pids() -> set[int]:
     return pids
 
 
+def peak_rss_reader() -> Callable[[int], float | None]:
+    """`peak_rss_mib(pid)`: the kernel's peak resident set size of a process (VmHWM), in MiB;
+    None where /proc cannot say (the process ended, or no /proc). Built in a function so that
+    cloudpickle ships it by value inside the per-node readings (here and gpu._node_task)."""
+
+    def peak_rss_mib(pid: int) -> float | None:
+        try:
+            with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
+                for line in fh:
+                    if line.startswith("VmHWM:"):  # in kB
+                        return int(line.split()[1]) / 1024.0
+        except OSError:  # ended since it was listed
+            pass
+        return None
+
+    return peak_rss_mib
+
+
 def reader() -> Any:
     """The per-node reading `read(job_hex, pids) -> (MiB per GPU, GPU names, peak RSS MiB), or
     None`. Built in a function so that cloudpickle ships it by value to a Ray task on another
     node: Ray workers need not be able to import testharness (so it reads RAY_JOB_ID itself, as
     hygiene.probe.job_of does). It imports only pynvml."""
+    peak_rss_mib = peak_rss_reader()
 
     def read(job_hex: str | None, pids: list[int]) -> Reading | None:
         ours = set(pids)
@@ -59,19 +79,9 @@ def reader() -> Any:
             except OSError:  # ended, or another user's: not one of ours
                 return False
 
-        def peak_rss_mib(pid: int) -> float:
-            try:
-                with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
-                    for line in fh:
-                        if line.startswith("VmHWM:"):  # the kernel's peak resident set size, in kB
-                            return int(line.split()[1]) / 1024.0
-            except OSError:  # ended since it was listed
-                pass
-            return 0.0
-
         def rss_reading() -> Reading:
             procs = [int(d) for d in os.listdir("/proc") if d.isdigit()]
-            return [], [], max((peak_rss_mib(p) for p in procs if p in ours or in_job(p)), default=0.0)
+            return [], [], max((peak_rss_mib(p) or 0.0 for p in procs if p in ours or in_job(p)), default=0.0)
 
         try:
             import pynvml  # type: ignore[import-untyped,unused-ignore]
