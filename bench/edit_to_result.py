@@ -11,7 +11,9 @@ puts it before the editable installs of the venv) and uses the same interpreter.
                   (target: only the tests whose code reaches FILE run)
     4. baseline:  pytest PATHS without testmon (running everything the ordinary way)
 
-Ray starts are counted as the Ray session directories created in a fresh RAY_TMPDIR.
+Ray starts are counted as the Ray session directories created in a fresh RAY_TMPDIR. The runs
+record their results in the copy as a checkout does, so from the second run on, `-n` hands out
+files longest first by the durations recorded before (the seed has no history).
 
     uv run --group test python bench/edit_to_result.py                      # tests/unit
     uv run --group test python bench/edit_to_result.py tests/unit/environments tests/unit/algorithms/test_grpo.py
@@ -106,7 +108,11 @@ def copy_repo(dest: Path) -> Path:
 def run_pytest(repo: Path, label: str, args: list[str], timeout: int, logs: Path | None = None) -> Run:
     ray_tmp = Path(tempfile.mkdtemp(prefix="ray_e2r_", dir="/tmp"))
     junit = Path(tempfile.mkdtemp(prefix="e2r_junit_")) / "junit.xml"
-    env = dict(os.environ, RAY_TMPDIR=str(ray_tmp), TESTHARNESS_RESULTS_DIR=str(junit.parent / "results"))
+    # Results and their history where a checkout keeps them (the copy's tests/unit): every run
+    # after the seed plans `-n`'s file order with the durations recorded before it, as a
+    # developer's runs do.
+    env = {k: v for k, v in os.environ.items() if k not in ("TESTHARNESS_RESULTS_DIR", "TESTHARNESS_HISTORY_DIR")}
+    env["RAY_TMPDIR"] = str(ray_tmp)
     # The copy's packages first; the rest of PYTHONPATH stays (a machine without uv has its
     # test tools there).
     env["PYTHONPATH"] = os.pathsep.join([str(repo), str(repo / "tools" / "py"), *filter(None, [env.get("PYTHONPATH")])])

@@ -21,6 +21,8 @@ from testharness.settings import load_settings
 
 #: Environment variable that overrides where the history files are read from.
 HISTORY_ENV = "TESTHARNESS_HISTORY_DIR"
+#: Environment variable that sends a run's results elsewhere (as `--unit-results-dir`).
+RESULTS_DIR_ENV = "TESTHARNESS_RESULTS_DIR"
 HISTORY_SUBDIR = DATED_DIR
 
 
@@ -42,13 +44,19 @@ def resolve_history_dir(
     explicit: str | os.PathLike[str] | None,
     project_root: Path,
     environ: Mapping[str, str] | None = None,
+    results_dir: str | os.PathLike[str] | None = None,
 ) -> Path:
-    """Where history lives: explicit option, else $TESTHARNESS_HISTORY_DIR, else the config."""
+    """Where history lives: --history-dir, else $TESTHARNESS_HISTORY_DIR, else where the runs'
+    results are sent when sent elsewhere (`results_dir`: --unit-results-dir, else
+    $TESTHARNESS_RESULTS_DIR), else the config's results_dir. A run that writes its record
+    somewhere plans (`-n`'s file order, shards) with the records written there before it."""
     env = os.environ if environ is None else environ
     if explicit:
         return Path(explicit)
     if env.get(HISTORY_ENV):
         return Path(env[HISTORY_ENV])
+    if results_dir or env.get(RESULTS_DIR_ENV):
+        return Path(results_dir or env[RESULTS_DIR_ENV]).resolve() / HISTORY_SUBDIR
     return configured_results_dir(project_root) / HISTORY_SUBDIR
 
 

@@ -198,7 +198,11 @@ def _recorded_durations(config: pytest.Config) -> dict[str, float]:
     from testharness.settings import SettingsError
 
     try:
-        directory = resolve_history_dir(config.getoption("history_dir", None), config.rootpath)
+        directory = resolve_history_dir(
+            config.getoption("history_dir", None),
+            config.rootpath,
+            results_dir=config.getoption("unit_results_dir", None),
+        )
     except SettingsError:
         return {}  # the settings' own check reports it
     return planning_durations(load_history(directory, last=20).runs)

@@ -34,9 +34,8 @@ import pytest
 from testharness import gpu, metrics, real_ray, results
 from testharness.contract import get_extra, is_xdist_worker, put_extra, settings_of
 from testharness.crash_record import SUMMARY_FILE_ENV  # the summary: run_unit reads it
+from testharness.history import RESULTS_DIR_ENV
 from testharness.settings import Settings, session_in_scope
-
-RESULTS_DIR_ENV = "TESTHARNESS_RESULTS_DIR"
 
 
 @dataclass

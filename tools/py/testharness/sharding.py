@@ -47,8 +47,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--history-dir",
         metavar="DIR",
         default=None,
-        help=f"results history to balance shards with (default: ${HISTORY_ENV}, "
-        "else [tool.testharness] results_dir + '/unit_results')",
+        help=f"results history to balance shards and -n's file order with (default: ${HISTORY_ENV}, else "
+        "unit_results/ of --unit-results-dir or $TESTHARNESS_RESULTS_DIR, else of [tool.testharness] results_dir)",
     )
 
 
@@ -76,7 +76,9 @@ def pytest_collection_modifyitems(
     state = config.stash.get(_STATE, None)
     if state is None:
         return
-    history_dir = resolve_history_dir(config.getoption("history_dir"), config.rootpath)
+    history_dir = resolve_history_dir(
+        config.getoption("history_dir"), config.rootpath, results_dir=config.getoption("unit_results_dir", None)
+    )
     state.history = load_history(history_dir)
     nodeids = list(dict.fromkeys(item.nodeid for item in items))  # unique, in collection order
     state.selected = len(nodeids)

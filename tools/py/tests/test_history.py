@@ -10,6 +10,7 @@ import pytest
 
 from testharness.history import (
     HISTORY_ENV,
+    RESULTS_DIR_ENV,
     configured_results_dir,
     load_history,
     recorded_durations,
@@ -104,6 +105,11 @@ def test_history_dir_precedence(tmp_path: Path) -> None:
     assert resolve_history_dir(None, tmp_path, environ={}) == tmp_path / "out/res/unit_results"
     assert resolve_history_dir(None, tmp_path, environ={HISTORY_ENV: "/env/h"}) == Path("/env/h")
     assert resolve_history_dir("/cli/h", tmp_path, environ={HISTORY_ENV: "/env/h"}) == Path("/cli/h")
+    # Results sent elsewhere: the runs recorded there are the history (an explicit history wins).
+    sent = {RESULTS_DIR_ENV: "/env/res"}
+    assert resolve_history_dir(None, tmp_path, environ=sent) == Path("/env/res/unit_results")
+    assert resolve_history_dir(None, tmp_path, environ=sent, results_dir="/cli/res") == Path("/cli/res/unit_results")
+    assert resolve_history_dir(None, tmp_path, environ={**sent, HISTORY_ENV: "/env/h"}) == Path("/env/h")
 
 
 @pytest.mark.parametrize(

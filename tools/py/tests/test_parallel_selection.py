@@ -116,9 +116,14 @@ ORDER_FILES = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("history", [True, False], ids=["history", "no-history"])
-def test_files_start_longest_first_and_run_first_stays_first(tmp_path: Path, shared_head: Head, history: bool) -> None:
+@pytest.mark.parametrize(
+    "history", ["configured", "sent", ""], ids=["history", "history-where-results-go", "no-history"]
+)
+def test_files_start_longest_first_and_run_first_stays_first(tmp_path: Path, shared_head: Head, history: str) -> None:
+    """With history: read from the configured results dir, or (`sent`) from unit_results/ of
+    `--unit-results-dir`, where the runs of that command line record themselves."""
     root = make_project(tmp_path, ORDER_FILES)
+    results = ["--unit-results-dir", "elsewhere"] if history == "sent" else []
     if history:
         tests = ["a::test_a0", "a::test_a1", "a::test_a2", "b::test_b", "c::test_c_first", "c::test_c_later"]
         record = {
@@ -126,9 +131,10 @@ def test_files_start_longest_first_and_run_first_stays_first(tmp_path: Path, sha
             "tests": {f"tests/test_{t.replace('::', '.py::')}": {"outcome": "passed", "duration": 40.0 if t.startswith("b") else 1.0}
                       for t in tests},
         }  # fmt: skip
-        (root / "out" / "unit_results").mkdir(parents=True)
-        (root / "out" / "unit_results" / "20260101_000000.json").write_text(json.dumps(record))
-    proc = run_pytest(root, "-n", "1", env=env_for(root, shared_head), timeout=120)
+        dated = root / ("elsewhere" if results else "out") / "unit_results"
+        dated.mkdir(parents=True)
+        (dated / "20260101_000000.json").write_text(json.dumps(record))
+    proc = run_pytest(root, "-n", "1", *results, env=env_for(root, shared_head), timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     order = sorted(
         (int((root / f).read_text()), f.removeprefix("start_")) for f in os.listdir(root) if f.startswith("start_")
