@@ -63,6 +63,13 @@ def test_assets() -> Path:
     return Path(module.prepare(ASSETS, log=lambda _msg: None))
 
 
+@pytest.fixture
+def in_repo(test_assets: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The shipped configs' relative paths point into tests/unit/test_assets: run from the repo root."""
+    monkeypatch.chdir(UNIT_DIR.parents[1])
+    return test_assets
+
+
 @pytest.fixture(scope="session")
 def tiny_llama(test_assets: Path) -> str:
     return str(test_assets / "tiny_llama")

@@ -210,13 +210,6 @@ UPSTREAM_GRPO = [
 ]
 
 
-@pytest.fixture
-def in_repo(test_assets: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The shipped configs' relative paths point into tests/unit/test_assets: run from the repo root."""
-    monkeypatch.chdir(ROOT)
-    return test_assets
-
-
 def _resolved(path: Path, overrides: list[str]) -> tuple[dict, list[str]]:
     cfg = load_config(path, overrides)
     return cfg, resolve_upstream_keys(cfg)

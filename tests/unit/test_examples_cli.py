@@ -1,27 +1,20 @@
 """The example entry points (examples/run_sft.py, run_grpo_math.py) and their config checks.
 
-Most tests are pure (the rule tables, the one-line description of a failure) or run the real
-scripts on configs that are refused before anything starts (a second or two each). Two start
-Ray for real, as a user would: a worker that fails while loading its model, and Ctrl-C.
+The tests are pure (the rule tables, the one-line description of a failure) or run the real
+scripts on configs that are refused before anything starts (a second or two each). The runs
+that start Ray, as a user would, are files of their own: test_example_worker_error.py (a worker
+that fails while loading its model) and test_example_ctrl_c.py.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import queue
-import re
-import shutil
-import signal
-import subprocess
 import sys
 import threading
-import time
 import traceback
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from nemo_rl.algorithms.config_checks import (
@@ -34,23 +27,14 @@ from nemo_rl.algorithms.config_checks import (
     validate_sft,
 )
 from nemo_rl.config import load_config
+from tests.unit.example_runs import EXAMPLES, run_example
 
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = ROOT / "examples"
 SFT_YAML = EXAMPLES / "configs" / "sft.yaml"
 GRPO_YAML = EXAMPLES / "configs" / "grpo_math.yaml"
 
 if str(EXAMPLES) not in sys.path:  # as when run as a script: the helper sits beside it
     sys.path.insert(0, str(EXAMPLES))
 import _cli  # noqa: E402
-
-
-@pytest.fixture
-def in_repo(test_assets: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The configs' relative paths point into tests/unit/test_assets: run from the repo root."""
-    monkeypatch.chdir(ROOT)
-    return test_assets
-
 
 # ---------------------------------------------------------------- the rule tables (pure)
 
@@ -389,39 +373,6 @@ def test_traceback_goes_to_the_log_dir_or_a_temp_file(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- the real scripts, refused early
 
-# Runs an example as `python examples/X.py ARGS` would, then reports which heavy modules it imported.
-_PROBE = """
-import json, runpy, sys
-script, report = sys.argv[1], sys.argv[2]
-sys.argv = [script] + sys.argv[3:]
-sys.path.insert(0, str(__import__("pathlib").Path(script).parent))
-try:
-    runpy.run_path(script, run_name="__main__")
-finally:
-    heavy = sorted(m for m in ("ray", "torch", "transformers") if m in sys.modules)
-    open(report, "w").write(json.dumps(heavy))
-"""
-
-
-def _env() -> dict[str, str]:
-    """The examples run on the CPU with a Ray cluster of their own: these tests are about the
-    command line (checks, errors, Ctrl-C), not GPU work, so under -n they neither wait for
-    nor hold a GPU (tests/unit/algorithms runs the examples on the GPUs)."""
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["CUDA_VISIBLE_DEVICES"] = ""
-    return env
-
-
-def run_script(
-    script: str, *args: str, probe: Path | None = None, timeout: float = 120
-) -> tuple[subprocess.CompletedProcess[str], float]:
-    cmd = [sys.executable, str(EXAMPLES / script), *args]
-    if probe is not None:
-        cmd = [sys.executable, "-c", _PROBE, str(EXAMPLES / script), str(probe), *args]
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=_env(), check=False)
-    return proc, time.perf_counter() - t0
-
 
 @pytest.mark.parametrize(
     "script, override, fragment",
@@ -439,7 +390,7 @@ def test_bad_config_is_refused_before_anything_starts(
     in_repo: Path, tmp_path: Path, tracker: Any, script: str, override: str, fragment: str
 ) -> None:
     probe = tmp_path / "imported.json"
-    proc, elapsed = run_script(script, override, probe=probe)
+    proc, elapsed = run_example(script, override, probe=probe)
     tracker.track("elapsed_s", round(elapsed, 2))
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: ") and fragment in proc.stderr
@@ -448,7 +399,7 @@ def test_bad_config_is_refused_before_anything_starts(
 
 
 def test_bad_config_as_a_user_runs_it(in_repo: Path) -> None:
-    proc, _ = run_script("run_sft.py", "policy.model_name=/nonexistent/model")
+    proc, _ = run_example("run_sft.py", "policy.model_name=/nonexistent/model")
     assert (proc.returncode, proc.stdout) == (2, "")
     assert proc.stderr.splitlines() == [
         (
@@ -459,108 +410,6 @@ def test_bad_config_as_a_user_runs_it(in_repo: Path) -> None:
 
 
 def test_check_config_checks_and_exits(in_repo: Path) -> None:
-    proc, _ = run_script("run_grpo_math.py", "--check-config", "grpo.max_num_steps=3")
+    proc, _ = run_example("run_grpo_math.py", "--check-config", "grpo.max_num_steps=3")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("config ok: ") and "Ray" not in proc.stdout + proc.stderr
-
-
-# ---------------------------------------------------------------- real runs: Ray starts
-
-_RAY_PREFIX = re.compile(r"^(\x1b\[[0-9;]*m)?\(\w+ pid=\d+")  # Ray's copy of a worker's output
-
-
-def _descendants(pid: int) -> list[psutil.Process]:
-    try:
-        return psutil.Process(pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
-
-
-def _group_members(pgid: int) -> list[int]:
-    members = []
-    for p in psutil.process_iter():
-        try:
-            if os.getpgid(p.pid) == pgid:
-                members.append(p.pid)
-        except (ProcessLookupError, psutil.Error):
-            pass
-    return members
-
-
-def test_worker_error_is_one_line_with_the_traceback_in_a_log(in_repo: Path, tmp_path: Path, tiny_llama: str) -> None:
-    """A model folder that passes the checks but whose weights are corrupt: the worker fails."""
-    model = tmp_path / "model"
-    shutil.copytree(tiny_llama, model)
-    (model / "model.safetensors").write_bytes(b"\x00\x01 not a safetensors file " * 4)
-    logs = tmp_path / "logs"
-    proc, _ = run_script(
-        "run_sft.py",
-        f"policy.model_name={model}",
-        f"logger.log_dir={logs}",
-        "checkpointing.enabled=false",
-        "logger.monitor_gpus=false",
-        timeout=400,
-    )
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1, proc.stderr
-    assert errors[0].startswith("error: policy worker (DTensorPolicyWorker.__init__) failed: SafetensorError: ")
-    assert errors[0].endswith(f" (traceback: {logs / 'error.log'})")
-    assert "Traceback" not in proc.stdout + proc.stderr
-    ours = [
-        line for line in proc.stderr.splitlines() if line.strip() and not _RAY_PREFIX.match(line) and " -- " not in line
-    ]  # Ray's own log lines: "<date> INFO worker.py:N -- ..."
-    assert ours == errors
-    log = (logs / "error.log").read_text()
-    assert "Traceback (most recent call last)" in log and "dtensor_policy_worker.py" in log
-
-
-def test_ctrl_c_stops_cleanly(in_repo: Path, tmp_path: Path) -> None:
-    """SIGINT to the process group, as a terminal sends it, once training has started."""
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            str(EXAMPLES / "run_sft.py"),
-            "sft.max_num_steps=100000",
-            "sft.val_period=0",
-            f"logger.log_dir={tmp_path / 'logs'}",
-            "checkpointing.enabled=false",
-            "logger.monitor_gpus=false",
-        ],
-        cwd=ROOT,
-        env=_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    lines: queue.Queue[str | None] = queue.Queue()
-
-    def pump() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.put(line)
-        lines.put(None)
-
-    threading.Thread(target=pump, daemon=True).start()
-    out: list[str] = []
-    deadline = time.monotonic() + 400
-    try:
-        while not any(re.match(r"step\s+1\b", line) for line in out):
-            line = lines.get(timeout=max(deadline - time.monotonic(), 0.1))
-            assert line is not None, "".join(out)
-            out.append(line)
-        children = _descendants(proc.pid)
-        os.killpg(proc.pid, signal.SIGINT)
-        rc = proc.wait(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    while (line := lines.get(timeout=30)) is not None:
-        out.append(line)
-    text = "".join(out)
-    assert rc == 130, text
-    assert "Traceback" not in text
-    assert "interrupted: stopping the workers and Ray" in text
-    _, alive = psutil.wait_procs(children, timeout=15)
-    assert [p.pid for p in alive] == [] and _group_members(proc.pid) == [], [p.cmdline() for p in alive]
