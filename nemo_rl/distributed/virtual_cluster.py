@@ -37,17 +37,31 @@ class RayVirtualCluster:
                     f"{num_workers} workers need {amount * num_workers:g} {res}, "
                     f"the Ray cluster has {available.get(res, 0):g}"
                 )
+        self._bundle = bundle
+        self._timeout_s = timeout_s
+        self.placement_group: PlacementGroup = self._reserve()
+
+    def _reserve(self) -> PlacementGroup:
         # Free resources may be held by another test's group (xdist workers share a cluster).
-        timeout = timeout_s if timeout_s is not None else ray_wait_timeout_s()
-        self.placement_group: PlacementGroup = placement_group([dict(bundle)] * num_workers, strategy="PACK")
+        timeout = self._timeout_s if self._timeout_s is not None else ray_wait_timeout_s()
+        pg: PlacementGroup = placement_group([dict(self._bundle)] * self.num_workers, strategy="PACK")
         try:
-            ray.get(self.placement_group.ready(), timeout=timeout)
+            ray.get(pg.ready(), timeout=timeout)
         except ray.exceptions.GetTimeoutError:
-            remove_placement_group(self.placement_group)
+            remove_placement_group(pg)
             raise ClusterTooSmall(
-                f"could not reserve {num_workers} x {bundle} within {timeout:g} s "
+                f"could not reserve {self.num_workers} x {self._bundle} within {timeout:g} s "
                 f"(free now: {ray.available_resources()}); set {WAIT_TIMEOUT_ENV} to wait longer"
             ) from None
+        return pg
+
+    def reserve_again(self) -> None:
+        """Give up the reservation and make a new one of the same shape. Removing a placement
+        group ends every worker still running on it, also one that outlived `ray.kill`: killed
+        while its constructor ran, a worker can keep running and holding its bundle (seen in
+        CI with Ray 2.60), and a group started again on the same reservation then waits for it."""
+        remove_placement_group(self.placement_group)
+        self.placement_group = self._reserve()
 
     @property
     def use_gpus(self) -> bool:

@@ -193,6 +193,7 @@ class RayWorkerGroup:
             except Exception as exc:
                 if attempt == PORT_ATTEMPTS or not _PORT_TAKEN.search(str(exc)):
                     raise
+            cluster.reserve_again()  # nothing of the failed start may hold a bundle of the next
 
     def _start(self, cls: type, args: tuple[Any, ...], kwargs: dict[str, Any], env_vars: dict[str, str] | None) -> None:
         """Choose rank 0's port, start one actor per bundle, wait until all are ready."""

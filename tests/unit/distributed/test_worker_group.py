@@ -7,6 +7,7 @@ import psutil
 import pytest
 import ray
 from ray.util import placement_group_table
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from nemo_rl.distributed.ray_cluster import WAIT_TIMEOUT_ENV, RayWaitTimeout, ray_wait_timeout_s
 from nemo_rl.distributed.virtual_cluster import ClusterTooSmall, RayVirtualCluster
@@ -150,12 +151,43 @@ class PortRaceWorker:
 
 
 def test_a_port_taken_before_rank_0_listens_starts_the_group_again(ray_cluster, tmp_path: Path) -> None:
-    group = RayWorkerGroup(RayVirtualCluster(2, cpus_per_worker=0.5), PortRaceWorker, str(tmp_path / "lost_once"))
+    cluster = RayVirtualCluster(2, cpus_per_worker=0.5)
+    first = cluster.placement_group
+    group = None
     try:
+        group = RayWorkerGroup(cluster, PortRaceWorker, str(tmp_path / "lost_once"))
         ports = group.run_all("port")
         assert len(set(ports)) == 1 and RENDEZVOUS_MIN_PORT <= ports[0] < 32768
+        # Started again on a new reservation: nothing the failed start left can hold a bundle.
+        assert placement_group_table(first)["state"] == "REMOVED"
     finally:
-        group.shutdown()
+        (group or cluster).shutdown()  # a start that failed leaves the reservation to us
+
+
+class LeftBehindWorker:
+    def __init__(self) -> None:
+        time.sleep(600)
+
+
+def test_reserving_again_ends_what_still_runs_on_the_old_reservation(ray_cluster) -> None:
+    """What a failed start can leave: a worker still in its constructor after `ray.kill` (Ray
+    can miss one killed while its constructor runs; CI saw a group wait 10 minutes for its
+    bundle). Reserving again ends it, and the new reservation is there for the next start."""
+    cluster = RayVirtualCluster(1, cpus_per_worker=0.5)
+    try:
+        old = cluster.placement_group
+        strategy = PlacementGroupSchedulingStrategy(old, placement_group_bundle_index=0)
+        left = ray.remote(LeftBehindWorker).options(num_cpus=0.5, scheduling_strategy=strategy).remote()  # noqa: F841  a handle kept: Ray ends an actor nobody holds
+        deadline = time.monotonic() + 120
+        while not _processes_titled("ray::LeftBehindWorker") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _processes_titled("ray::LeftBehindWorker"), "the worker never started"
+        cluster.reserve_again()
+        assert placement_group_table(old)["state"] == "REMOVED"
+        assert placement_group_table(cluster.placement_group)["state"] == "CREATED"
+        assert _running_after("ray::LeftBehindWorker", timeout_s=30) == []
+    finally:
+        cluster.shutdown()
 
 
 @pytest.mark.parametrize("raw", ["soon", "0", "-5", "nan", "inf"])
