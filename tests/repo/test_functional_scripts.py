@@ -307,9 +307,28 @@ def test_common_help_prints_the_header(fake_repo: Path, flag: str) -> None:
 REAL_SCRIPTS = ["sft.sh", "grpo.sh", "sft_megatron.sh"]
 
 
-def run_real(script: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+@pytest.fixture
+def real(tmp_path: Path) -> Path:
+    """The real scripts in a checkout of their own, each with a previous run's results beside
+    it: what they write, or must leave alone, is there, never in this checkout, where another
+    run may be writing at the same time (CI's functional step runs grpo.sh while a container
+    runs this suite on the same checkout). The rest of the repository is linked."""
+    functional = tmp_path / "repo" / "tests" / "functional"
+    functional.mkdir(parents=True)
+    for script in FUNCTIONAL.glob("*.sh"):
+        shutil.copy2(script, functional / script.name)
+    for name in ("examples", "tests/unit"):
+        (tmp_path / "repo" / name).symlink_to(REPO_ROOT / name)
+    for script in (*REAL_SCRIPTS, "run_all.sh"):
+        previous = functional / Path(script).stem
+        previous.mkdir()
+        (previous / "run.log").write_text("a previous run\n")
+    return tmp_path / "repo"
+
+
+def run_real(repo: Path, script: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["bash", str(FUNCTIONAL / script), *args],
+        ["bash", str(repo / "tests" / "functional" / script), *args],
         check=False,
         capture_output=True,
         text=True,
@@ -318,22 +337,23 @@ def run_real(script: str, *args: str, timeout: float = 120) -> subprocess.Comple
     )
 
 
-def _dir_state(script: str) -> tuple[str, ...]:
-    exp = FUNCTIONAL / Path(script).stem
-    return tuple(sorted(str(p) for p in exp.rglob("*"))) if exp.exists() else ("absent",)
+def _dir_state(repo: Path, script: str) -> list[tuple[str, str]]:
+    """The script's experiment folder: every file and its text."""
+    exp = repo / "tests" / "functional" / Path(script).stem
+    return sorted((str(p.relative_to(exp)), p.read_text() if p.is_file() else "") for p in exp.rglob("*"))
 
 
 @pytest.mark.parametrize("script", [*REAL_SCRIPTS, "run_all.sh"])
 @pytest.mark.parametrize("flag", ["--help", "-h"])
-def test_real_scripts_help(script: str, flag: str) -> None:
-    before = _dir_state(script)
-    proc = run_real(script, "policy.optimizer.lr=1e-3", flag)
+def test_real_scripts_help(real: Path, script: str, flag: str) -> None:
+    before = _dir_state(real, script)
+    proc = run_real(real, script, "policy.optimizer.lr=1e-3", flag)
     assert (proc.returncode, proc.stderr) == (0, "")
     first_comment = (FUNCTIONAL / script).read_text().splitlines()[1].removeprefix("# ")
     assert proc.stdout.startswith(first_comment + "\n")
     assert "-h, --help" in proc.stdout
     assert "[functional]" not in proc.stdout and "Metric Checks" not in proc.stdout  # nothing ran
-    assert _dir_state(script) == before  # a previous run's results are left alone
+    assert _dir_state(real, script) == before == [("run.log", "a previous run\n")]  # left alone
 
 
 @pytest.mark.parametrize(
@@ -353,13 +373,13 @@ def test_real_scripts_help(script: str, flag: str) -> None:
         ("run_all.sh", ["sft", "--", "nonsense"], "error: 'nonsense' after -- is not a key=value config override"),
     ],
 )
-def test_real_scripts_refuse_unknown_flags_at_once(script: str, args: list[str], message: str) -> None:
-    before = _dir_state(script)
-    proc = run_real(script, *args)
+def test_real_scripts_refuse_unknown_flags_at_once(real: Path, script: str, args: list[str], message: str) -> None:
+    before = _dir_state(real, script)
+    proc = run_real(real, script, *args)
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [proc.stderr.strip()] and proc.stderr.startswith(message)
     assert proc.stdout == ""
-    assert _dir_state(script) == before
+    assert _dir_state(real, script) == before
 
 
 @pytest.mark.parametrize(
@@ -371,11 +391,11 @@ def test_real_scripts_refuse_unknown_flags_at_once(script: str, args: list[str],
         ("grpo.sh", "grpo.num_prompts_per_step=0", "error: grpo.num_prompts_per_step must be an integer >= 1"),
     ],
 )
-def test_real_scripts_check_overrides_before_training(script: str, override: str, message: str) -> None:
+def test_real_scripts_check_overrides_before_training(real: Path, script: str, override: str, message: str) -> None:
     """grpo.sh checks GRPO's overrides before its SFT warm-up: seconds, not minutes."""
-    before = _dir_state(script)
-    proc = run_real(script, override)
+    before = _dir_state(real, script)
+    proc = run_real(real, script, override)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.splitlines() == [proc.stderr.strip()] and proc.stderr.startswith(message)
     assert "warm-up" not in proc.stdout and "[functional]" not in proc.stdout
-    assert _dir_state(script) == before
+    assert _dir_state(real, script) == before
