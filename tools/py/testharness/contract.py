@@ -15,6 +15,8 @@ through what this module declares:
 - **Report extras**: what a plugin hangs on a test report for another plugin (and, from an
   xdist worker, for the controller: xdist serialises a report's attributes), named only from
   `EXTRAS` through `put_extra` / `get_extra`.
+- **History**: `-n`'s file order and `--shard` plan with the runs recorded in
+  `history_dir_of(config)` (`--history-dir`, else where `--unit-results-dir` sends results).
 - **Signals**: `parallel` re-asserts the harness's signal handlers after xdist set its own,
   through `interrupts.reassert_signal_handlers()`.
 
@@ -25,10 +27,12 @@ of docs/harness-map.md, which a change to a `tryfirst`/`trylast`/`wrapper` updat
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any, Final
 
 import pytest
 
+from testharness.history import resolve_history_dir
 from testharness.settings import Settings, SettingsError, load_settings
 
 _SETTINGS = pytest.StashKey[Settings]()
@@ -49,6 +53,14 @@ def settings_of(config: pytest.Config) -> Settings:
             raise pytest.UsageError(str(exc)) from None
         config.stash[_SETTINGS] = settings
     return settings
+
+
+def history_dir_of(config: pytest.Config) -> Path:
+    """The results history this run plans with (history.resolve_history_dir of its options);
+    SettingsError when the settings it falls back to are malformed."""
+    return resolve_history_dir(
+        config.getoption("history_dir", None), config.rootpath, results_dir=config.getoption("unit_results_dir", None)
+    )
 
 
 def is_xdist_worker(config: pytest.Config) -> bool:

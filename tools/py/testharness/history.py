@@ -55,9 +55,17 @@ def resolve_history_dir(
         return Path(explicit)
     if env.get(HISTORY_ENV):
         return Path(env[HISTORY_ENV])
-    if results_dir or env.get(RESULTS_DIR_ENV):
-        return Path(results_dir or env[RESULTS_DIR_ENV]).resolve() / HISTORY_SUBDIR
+    sent = sent_results_dir(results_dir, env)
+    if sent is not None:
+        return sent / HISTORY_SUBDIR
     return configured_results_dir(project_root) / HISTORY_SUBDIR
+
+
+def sent_results_dir(option: str | os.PathLike[str] | None, environ: Mapping[str, str] | None = None) -> Path | None:
+    """Where a run's results go when sent elsewhere: `option` (--unit-results-dir), else
+    $TESTHARNESS_RESULTS_DIR, made absolute; None: where the settings say."""
+    sent = option or (os.environ if environ is None else environ).get(RESULTS_DIR_ENV)
+    return Path(sent).resolve() if sent else None
 
 
 def _sort_key(run: Run) -> tuple[int, str, str]:

@@ -63,7 +63,7 @@ import pytest
 from testharness import real_ray
 from testharness.atomic_io import write_json_atomic
 from testharness.barrier import RUN_FIRST_TIMEOUT_S, done_marker, wait_for_markers
-from testharness.contract import is_xdist_worker, settings_of
+from testharness.contract import history_dir_of, is_xdist_worker, settings_of
 from testharness.gpu_lease import hold_node_gpus, lease_timeout_s
 from testharness.interrupts import reassert_signal_handlers
 from testharness.remote_select.plugin import started as remote_select_started
@@ -194,15 +194,11 @@ def _recorded_durations(config: pytest.Config) -> dict[str, float]:
     Read once, here, and sent to every worker: xdist aborts a run whose workers collected
     different orders.
     """
-    from testharness.history import load_history, planning_durations, resolve_history_dir
+    from testharness.history import load_history, planning_durations
     from testharness.settings import SettingsError
 
     try:
-        directory = resolve_history_dir(
-            config.getoption("history_dir", None),
-            config.rootpath,
-            results_dir=config.getoption("unit_results_dir", None),
-        )
+        directory = history_dir_of(config)
     except SettingsError:
         return {}  # the settings' own check reports it
     return planning_durations(load_history(directory, last=20).runs)

@@ -34,7 +34,7 @@ import pytest
 from testharness import gpu, metrics, real_ray, results
 from testharness.contract import get_extra, is_xdist_worker, put_extra, settings_of
 from testharness.crash_record import SUMMARY_FILE_ENV  # the summary: run_unit reads it
-from testharness.history import RESULTS_DIR_ENV
+from testharness.history import RESULTS_DIR_ENV, sent_results_dir
 from testharness.settings import Settings, session_in_scope
 
 
@@ -121,9 +121,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _results_dir(session: pytest.Session, st: RecordState) -> Path | None:
     config = session.config
-    explicit = config.getoption("unit_results_dir") or os.environ.get(RESULTS_DIR_ENV)
-    if explicit:
-        return Path(explicit).resolve()
+    sent = sent_results_dir(config.getoption("unit_results_dir"))
+    if sent is not None:
+        return sent
     if not st.settings.configured:
         return None  # a project that never asked for a results file gets none
     # testpaths are relative to the rootdir; command-line paths to the invocation dir.

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from testharness.history import HISTORY_ENV, History, load_history, planning_durations, resolve_history_dir
+from testharness.contract import history_dir_of
+from testharness.history import HISTORY_ENV, History, load_history, planning_durations
 from testharness.shard_plan import ShardPlan, ShardSpecError, format_plan, parse_shard_spec, plan_shards
 
 
@@ -76,10 +77,7 @@ def pytest_collection_modifyitems(
     state = config.stash.get(_STATE, None)
     if state is None:
         return
-    history_dir = resolve_history_dir(
-        config.getoption("history_dir"), config.rootpath, results_dir=config.getoption("unit_results_dir", None)
-    )
-    state.history = load_history(history_dir)
+    state.history = load_history(history_dir_of(config))
     nodeids = list(dict.fromkeys(item.nodeid for item in items))  # unique, in collection order
     state.selected = len(nodeids)
     # Shard runs do not re-balance: run one after another in one checkout, shard 2 would
