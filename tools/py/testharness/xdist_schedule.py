@@ -5,12 +5,14 @@ worker, and, with recorded durations, handing out each worker's next file itself
 A test that kills its worker (segfault, `os._exit`, SIGKILL) is reported by xdist as failed
 ("worker 'gwN' crashed while running ..."), once; the rest of its file goes back to the front
 of the queue and runs on the next worker that asks, each test once; the crashed test is never
-run again. xdist 3.8's own loadfile handles a crash in three ways this one does not:
+run again. xdist 3.8's own loadfile handles a crash in four ways this one does not:
 
 - it puts the crashed test back with the rest of its file, so every replacement worker runs it
   again and crashes, until --max-worker-restart is used up and the rest of the file never runs;
 - it puts the dead worker's finished files back too, handed to a worker as an empty list of
   tests (pytest-xdist#1323);
+- it can hand a replacement worker the one test left of a crashed file and nothing else; the
+  worker waits for a second test that never comes, and the run hangs (pytest-xdist#1327);
 - it gives work to a replacement worker that is still collecting (the dead worker's
   collection still counts as one of the N), which raises KeyError: the run ends in
   INTERNALERROR, or, inside `remove_node`, the crash goes unreported (pytest-xdist#1362).
@@ -77,6 +79,20 @@ def _classes() -> tuple[type, type]:
                 for other in list(self.assigned_work):
                     self._reschedule(other)
             return crashed
+
+        def _reschedule(self, node: Any) -> None:
+            super()._reschedule(node)
+            # A worker runs the last test it holds only once it gets another or is told to
+            # finish (xdist's worker loop). A file put back after a crash can hold one test:
+            # handed alone to a worker with nothing else, it would wait there for ever, as no
+            # test of that worker ends to ask for more (pytest-xdist#1327). So it gets another
+            # file, or, with none queued, is told to finish.
+            while (
+                not node.shutting_down
+                and node in self.registered_collections
+                and self._pending_of(self.assigned_work.get(node, {})) == 1
+            ):
+                super()._reschedule(node)
 
         def _assign_work_unit(self, node: Any) -> None:
             if node not in self.registered_collections:

@@ -60,12 +60,14 @@ def _with_history(root: Path, nodeids: list[str]) -> None:
     (root / "out" / "unit_results" / "20260101_000000.json").write_text(json.dumps(record))
 
 
-def _run(tmp_path: Path, head: Head, files: dict[str, dict[str, str]], history: bool) -> tuple[Path, str]:
+def _run(
+    tmp_path: Path, head: Head, files: dict[str, dict[str, str]], history: bool, workers: int = 2
+) -> tuple[Path, str]:
     root = make_project(tmp_path, {f"tests/{f}.py": _file(tests) for f, tests in files.items()})
     nodeids = [f"tests/{f}.py::test_{t}" for f, tests in files.items() for t in tests]
     if history:
         _with_history(root, nodeids)
-    returncode, out = _pytest(root, env_for(root, head))
+    returncode, out = _pytest(root, env_for(root, head), workers)
     assert returncode == 1, out  # tests failed: not 2 (interrupted) nor 3 (internal error)
     assert "INTERNALERROR" not in out and "Traceback" not in out.split("= FAILURES =")[0], out
     order = "longest first by their recorded durations" if history else "largest first (no history)"
@@ -76,14 +78,14 @@ def _run(tmp_path: Path, head: Head, files: dict[str, dict[str, str]], history: 
     return root, out
 
 
-def _pytest(root: Path, env: dict[str, str], timeout_s: float = 600) -> tuple[int, str]:
-    """`pytest -n 2` in `root`: its exit status and output. A run still going after `timeout_s`
+def _pytest(root: Path, env: dict[str, str], workers: int, timeout_s: float = 600) -> tuple[int, str]:
+    """`pytest -n <workers>` in `root`: its exit status and output. A run still going after `timeout_s`
     (a worker that never gets its work, a barrier that waits on a crashed test) is ended, and
     the test fails with what it printed. 12 s here as a rule; a loaded CI box with two
     containers beside it took over 240 s (each crash starts a new worker, which imports the
     plugins and joins Ray again), so the guard is far above that."""
-    log = root / "pytest_n2.log"
-    cmd = [sys.executable, "-m", "pytest", *PLUGIN, "-v", "-rA", "-n", "2", "-p", "no:randomly"]
+    log = root / f"pytest_n{workers}.log"
+    cmd = [sys.executable, "-m", "pytest", *PLUGIN, "-v", "-rA", "-n", str(workers), "-p", "no:randomly"]
     with log.open("w") as out:
         proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
@@ -91,7 +93,7 @@ def _pytest(root: Path, env: dict[str, str], timeout_s: float = 600) -> tuple[in
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)  # the run's own process group: its workers too
             proc.wait()
-            pytest.fail(f"pytest -n 2 still running after {timeout_s:g} s:\n{log.read_text()[-20000:]}")
+            pytest.fail(f"pytest -n {workers} still running after {timeout_s:g} s:\n{log.read_text()[-20000:]}")
     return returncode, log.read_text()
 
 
@@ -149,6 +151,20 @@ def test_three_crashes_in_two_files_and_every_test_runs_once(tmp_path: Path, sha
     assert {k for k, v in outcomes.items() if v == "failed"} == crashes, outcomes
     assert set(outcomes.values()) == {"passed", "failed"}
     assert "3 failed, 10 passed" in out, out
+
+
+@pytest.mark.parametrize("history", [True, False], ids=["history", "no-history"])
+def test_the_one_test_left_of_a_crashed_file_runs_while_another_file_waits(
+    tmp_path: Path, shared_head: Head, history: bool
+) -> None:
+    # One worker: test_b is queued behind test_a, the crash leaves one test of test_a; the
+    # replacement worker must not wait for a second test with that one (it hung: CI at e4c53d9).
+    files = {"test_a": {"a1": "", "a2": EXIT, "a3": ""}, "test_b": {"b1": "", "b2": ""}}
+    root, out = _run(tmp_path, shared_head, files, history, workers=1)
+    _assert_crashed(root, out, "tests/test_a.py::test_a2")
+    ran = {t: _workers(root, t) for tests in files.values() for t in tests}
+    assert ran == {"a1": ["gw0"], "a2": ["gw0"], "a3": ["gw1"], "b1": ["gw1"], "b2": ["gw1"]}, ran
+    assert "1 failed, 4 passed" in out, out
 
 
 def test_a_run_first_test_that_crashes_holds_no_other_test_back(tmp_path: Path, shared_head: Head) -> None:
