@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # The developer loop on a GPU machine without uv (issue 36), in one device call:
 #
-#   bash bench/gpu_loop.sh WHEEL_DIR [STEP ...]    STEP: shared (default), edit, long
+#   bash bench/gpu_loop.sh WHEEL_DIR [STEP ...]    STEP: shared (default), suite, edit, long
 #
 #   shared  the harness's GPU tests of shared GPUs: two tests' trackers on one GPU, CUDA leases
+#   suite   the README's library suite with -n auto (bash tests/run_unit.sh -n auto); its record
+#           is copied to $OUT/suite_results.json (per-test durations: the run's tail)
 #   edit    bench/edit_to_result.py -n auto with a one-line edit inside the policy actor
 #   long    bench/long_test_phases.py: the two long tests alone, phase by phase
+#
+# Issue 36's four figures in one call: bash bench/gpu_loop.sh .whl suite edit long shared
 #
 # Installs the carried wheels first (bench/gpu_install.sh); logs and tables go to $OUT.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-WHEELS="${1:?usage: bash bench/gpu_loop.sh WHEEL_DIR [shared|edit|long ...]}"; shift
+WHEELS="${1:?usage: bash bench/gpu_loop.sh WHEEL_DIR [shared|suite|edit|long ...]}"; shift
 STEPS=("${@:-shared}")
 OUT="${OUT:-/tmp/gpu_out}"; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -24,6 +28,8 @@ for step in "${STEPS[@]}"; do
   case "$step" in
     shared) python3 -m pytest -q -p no:randomly -rs tools/py/tests/test_gpu_shared_memory.py \
               tools/py/tests/test_parallel_gpus.py tests/unit/utils/test_gpu_memory.py ;;
+    suite) PYTHON=python3 bash tests/run_unit.sh -n auto --durations=15 \
+             && cp tests/unit/unit_results.json "$OUT/suite_results.json" ;;
     edit) python3 bench/edit_to_result.py -n auto --edit "$EDIT" --no-baseline --no-docs --logs "$OUT/edit_runs" ;;
     long) python3 bench/long_test_phases.py --repeat 1 ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
