@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
 # The developer loop on a GPU machine without uv (issue 36), in one device call:
 #
-#   bash bench/gpu_loop.sh WHEEL_DIR [STEP ...]    STEP: shared (default), suite, edit, long
+#   bash bench/gpu_loop.sh WHEEL_DIR [STEP ...]    STEP: shared (default), suite, edit, long, warm
 #
 #   shared  the harness's GPU tests of shared GPUs: two tests' trackers on one GPU, CUDA leases
 #   suite   the README's library suite with -n auto (bash tests/run_unit.sh -n auto); its record
 #           is copied to $OUT/suite_results.json (per-test durations: the run's tail)
 #   edit    bench/edit_to_result.py -n auto with a one-line edit inside the policy actor
 #   long    bench/long_test_phases.py: the two long tests alone, phase by phase
+#   warm    bench/warm_worker_probe.py: an actor's start in a new process and in a warm one
 #
-# Issue 36's four figures in one call: bash bench/gpu_loop.sh .whl suite edit long shared
+# Issue 36's four figures in one call: bash bench/gpu_loop.sh .whl suite edit long shared warm
 #
 # Installs the carried wheels first (bench/gpu_install.sh); logs and tables go to $OUT.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-WHEELS="${1:?usage: bash bench/gpu_loop.sh WHEEL_DIR [shared|suite|edit|long ...]}"; shift
+WHEELS="${1:?usage: bash bench/gpu_loop.sh WHEEL_DIR [shared|suite|edit|long|warm ...]}"; shift
 STEPS=("${@:-shared}")
 OUT="${OUT:-/tmp/gpu_out}"; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -32,6 +33,7 @@ for step in "${STEPS[@]}"; do
              && cp tests/unit/unit_results.json "$OUT/suite_results.json" ;;
     edit) python3 bench/edit_to_result.py -n auto --edit "$EDIT" --no-baseline --no-docs --logs "$OUT/edit_runs" ;;
     long) python3 bench/long_test_phases.py --repeat 1 ;;
+    warm) python3 bench/warm_worker_probe.py --actors 4 ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac > "$OUT/$step.log" 2>&1
   s=$?; (( s == 0 )) || rc=1
