@@ -39,14 +39,22 @@ _remote_stats = ray.remote(num_cpus=0)(local_gpu_stats)
 
 
 def cluster_gpu_stats() -> dict[str, list[dict[str, Any]]]:
-    """{node_id: stats} for every alive node (this process only when Ray is not running)."""
+    """{node_id: stats} for every alive node (this process only when Ray is not running).
+
+    This process's own node is read here: NVML sees every GPU of the machine from any process,
+    and a task would cost a Ray worker process (its start, 2 s on a CPU box) on a cluster of
+    one node, the usual case. Each other node is read by a task placed on it."""
     if not ray.is_initialized():
         return {"local": local_gpu_stats()}
-    nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
+    here = ray.get_runtime_context().get_node_id()
+    others = [n["NodeID"] for n in ray.nodes() if n.get("Alive") and n["NodeID"] != here]
     refs = [
-        _remote_stats.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote() for n in nodes
+        _remote_stats.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote()
+        for n in others
     ]
-    return dict(zip(nodes, ray.get(refs, timeout=60), strict=True))
+    stats = {here: local_gpu_stats()}
+    stats.update(zip(others, ray.get(refs, timeout=60), strict=True))
+    return stats
 
 
 class GpuMonitor:
