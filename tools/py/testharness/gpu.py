@@ -1,7 +1,7 @@
 """GPU memory and names, cluster-wide through Ray, with a CPU fallback.
 
 The pure part reads this machine (pynvml from nvidia-ml-py, psutil, /proc); through Ray the
-same reading runs on every alive node, in a zero-CPU task pinned there (real_ray.on_node).
+same reading runs on every other alive node, in a zero-CPU task pinned there (real_ray.on_node).
 Nothing here raises for lack of a GPU or a driver: no GPU simply means an empty reading.
 """
 
@@ -130,18 +130,25 @@ def combine(nodes: list[NodeReading], driver_peak_rss_mib: float) -> MemoryReadi
 
 
 def cluster_readings(timeout_s: float = 60.0) -> list[NodeReading]:
-    """One reading per alive node of the connected Ray cluster (a zero-CPU task pinned to
-    each), else this machine's only."""
+    """One reading per alive node of the connected Ray cluster, else this machine's only.
+    This process's node is read here; each other node by a zero-CPU task pinned to it. On a
+    cluster of one node no task is sent: the first would start a Ray worker process (2 s on a
+    CPU box) in every test process, for a reading this one can take itself."""
+    here = read_node()
     ray = real_ray.connected()
     if ray is None:
-        return [read_node()]
+        return [here]
+    this_node = real_ray.this_node_id(ray)
+    others = [node for node in real_ray.alive_node_ids(ray) if node != this_node]
+    if not others:
+        return [here]
     task = _node_task()
-    refs = [real_ray.on_node(ray, task, node).remote() for node in real_ray.alive_node_ids(ray)]
+    refs = [real_ray.on_node(ray, task, node).remote() for node in others]
     try:
         out = ray.get(refs, timeout=timeout_s)
     except Exception:  # noqa: BLE001  a node that cannot answer (any Ray error) must not fail the test
-        return [read_node()]
-    return [NodeReading(list(u), list(n), float(w)) for u, n, w in out]
+        return [here]
+    return [here, *(NodeReading(list(u), list(n), float(w)) for u, n, w in out)]
 
 
 def _node_task() -> Any:
