@@ -4,8 +4,9 @@
 #   bash bench/gpu_loop.sh WHEEL_DIR [STEP ...]    STEP: shared (default), suite, edit, long, warm
 #
 #   shared  the harness's GPU tests of shared GPUs: two tests' trackers on one GPU, CUDA leases
-#   suite   the README's library suite with -n auto (bash tests/run_unit.sh -n auto); its record
-#           is copied to $OUT/suite_results.json (per-test durations: the run's tail)
+#   suite   the README's library suite with -n auto (bash tests/run_unit.sh -n auto; the checkout
+#           on PYTHONPATH, as uv's editable install puts it: the example tests run the scripts
+#           as a user does); its record is copied to $OUT/suite_results.json
 #   edit    bench/edit_to_result.py -n auto with a one-line edit inside the policy actor
 #   long    bench/long_test_phases.py: the two long tests alone, phase by phase
 #   warm    bench/warm_worker_probe.py: an actor's start in a new process and in a warm one
@@ -29,7 +30,7 @@ for step in "${STEPS[@]}"; do
   case "$step" in
     shared) python3 -m pytest -q -p no:randomly -rs tools/py/tests/test_gpu_shared_memory.py \
               tools/py/tests/test_parallel_gpus.py tests/unit/utils/test_gpu_memory.py ;;
-    suite) PYTHON=python3 bash tests/run_unit.sh -n auto --durations=15 \
+    suite) PYTHONPATH="$PWD:$PYTHONPATH" PYTHON=python3 bash tests/run_unit.sh -n auto --durations=15 \
              && cp tests/unit/unit_results.json "$OUT/suite_results.json" ;;
     edit) python3 bench/edit_to_result.py -n auto --edit "$EDIT" --no-baseline --no-docs --logs "$OUT/edit_runs" ;;
     long) python3 bench/long_test_phases.py --repeat 1 ;;
