@@ -35,12 +35,16 @@ WARM_WAIT_S = 120.0  # for the first prestarted worker to finish its set-up
 SETTLE_S = 10.0  # then for the others (Ray may start fewer than asked: the table says which)
 
 
+def _policy_imports() -> None:
+    """What the policy worker imports before its model loads."""
+    import torch  # noqa: F401
+    import torch.distributed.tensor  # noqa: F401  (pulls sympy, as the policy worker does)
+    from transformers import AutoModelForCausalLM  # noqa: F401
+
+
 def _make_hook(marks: str) -> Any:
     def preload() -> None:  # runs in every worker process of the job before its first task
-        import torch  # noqa: F401
-        import torch.distributed.tensor  # noqa: F401  (pulls sympy, as the policy worker does)
-        from transformers import AutoModelForCausalLM  # noqa: F401
-
+        _policy_imports()
         Path(marks, str(os.getpid())).touch()
 
     return preload
@@ -51,9 +55,7 @@ class _Imports:
     """The policy worker's imports (already done where the set-up hook ran)."""
 
     def __init__(self) -> None:
-        import torch  # noqa: F401
-        import torch.distributed.tensor  # noqa: F401
-        from transformers import AutoModelForCausalLM  # noqa: F401
+        _policy_imports()
 
     def pid(self) -> int:
         return os.getpid()
@@ -92,8 +94,8 @@ def _half(warm: bool, actors: int) -> list[tuple[float, bool]]:
                 deadline, seen = time.monotonic() + WARM_WAIT_S, 0
                 while seen < actors and time.monotonic() < deadline:
                     time.sleep(0.1)
-                    if len(os.listdir(marks)) > seen:
-                        seen, deadline = len(os.listdir(marks)), time.monotonic() + SETTLE_S
+                    if (now := len(os.listdir(marks))) > seen:
+                        seen, deadline = now, time.monotonic() + SETTLE_S
             prestarted = {int(p) for p in os.listdir(marks)}
             rows = []
             for _ in range(actors):

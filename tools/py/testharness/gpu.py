@@ -138,8 +138,7 @@ def cluster_readings(timeout_s: float = 60.0) -> list[NodeReading]:
     ray = real_ray.connected()
     if ray is None:
         return [here]
-    this_node = real_ray.this_node_id(ray)
-    others = [node for node in real_ray.alive_node_ids(ray) if node != this_node]
+    others = real_ray.other_node_ids(ray)
     if not others:
         return [here]
     task = _node_task()

@@ -145,7 +145,7 @@ def readings(timeout_s: float = 60.0) -> list[Reading] | None:
     here = read(job, sorted(own_pids() | actors.get(this_node, set())))
     if here is None:
         return None
-    others = [node for node in real_ray.alive_node_ids(ray) if node != this_node]
+    others = real_ray.other_node_ids(ray)
     if not others:
         return [here]
     try:

@@ -174,6 +174,13 @@ def alive_node_ids(ray: ModuleType) -> list[str]:
     return [str(node["NodeID"]) for node in ray.nodes() if node.get("Alive")]
 
 
+def other_node_ids(ray: ModuleType) -> list[str]:
+    """The alive nodes other than this process's: the ones a reading must ask through a task
+    (this process reads its own machine itself)."""
+    here = this_node_id(ray)
+    return [node for node in alive_node_ids(ray) if node != here]
+
+
 def node_gpus(ray: ModuleType, node_id: str) -> float:
     """The GPUs node `node_id` has (0 when it has none or is not in the cluster)."""
     return float(next((n["Resources"].get("GPU", 0) for n in ray.nodes() if n["NodeID"] == node_id), 0))
