@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -42,6 +43,9 @@ from testharness.hygiene.core import (
 )
 
 PYSPY_TIMEOUT_S = 20.0
+# Ray's kill and force-cancel are asynchronous: the hung processes are waited for this long,
+# then SIGKILLed, so the next test never shares the machine with them.
+EXIT_WAIT_S = 5.0
 
 
 def pyspy_path() -> str | None:
@@ -148,6 +152,7 @@ class Diagnosis:
     record: dict[str, Any]
     text: str  # every stack, for the log
     main_in_ray: bool = False  # the test process's main thread is inside Ray (ray.get, ray.wait)
+    ending: tuple[Proc, ...] = ()  # this node's processes to end, titled as they were when diagnosed
 
 
 def driver_stack(main_ident: int | None, root: str) -> tuple[Stack, tuple[Any, ...]]:
@@ -177,6 +182,7 @@ def diagnose(
     driver, main_frames = driver_stack(main_ident, root)
     stacks: list[Stack] = [driver]
     actors: list[Actor] = []
+    local: list[Actor] = []
     tasks: list[Proc] = []
     ray = real_ray.connected()
     exe = pyspy_path()
@@ -222,7 +228,9 @@ def diagnose(
     new_procs = [p for k, p in probe.child_processes().items() if k not in before.procs]
     # Task workers are ended by cancel_tasks (a killed one would be retried), not killed here.
     in_ray = any(f.file.startswith("ray/") for f in main_frames)
-    return Diagnosis(reason, hang_record(timeout_s, reason, stuck, stacks), text, in_ray), to_end, new_procs
+    ending = (*(Proc(a.pid, 0.0, probe._title(a.pid)) for a in to_end if a in local), *tasks)
+    diagnosis = Diagnosis(reason, hang_record(timeout_s, reason, stuck, stacks), text, in_ray, ending)
+    return diagnosis, to_end, new_procs
 
 
 def _title_only(stack: Stack, title: str) -> Stuck:
@@ -265,6 +273,27 @@ def cancel_tasks() -> None:
             ray.cancel(ref, force=True, recursive=True)
         except Exception:  # finished, an actor task (its actor is killed instead), a ray.put object
             continue
+
+
+def await_ended(procs: tuple[Proc, ...], wait_s: float = EXIT_WAIT_S) -> list[int]:
+    """Wait until none of `procs` still has the title it had (it exited, or Ray reused it for
+    other work); SIGKILL those that outlast `wait_s`. The pids still there after that."""
+    left = _still_running(procs, wait_s)
+    for p in left:
+        try:
+            os.kill(p.pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return [p.pid for p in _still_running(left, 2.0)]
+
+
+def _still_running(procs: tuple[Proc, ...] | list[Proc], wait_s: float) -> list[Proc]:
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = [p for p in procs if p.title and probe._title(p.pid) == p.title]
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.05)
 
 
 def end_processes(procs: list[Proc]) -> None:

@@ -401,6 +401,9 @@ class _Watchdog:
             hang.cancel_tasks()
             hang.end_actors(actors)
             hang.end_processes(procs)
+            left = hang.await_ended(diagnosis.ending)
+            if left:
+                print(f"[testharness] the hung processes {left} outlived a SIGKILL", file=sys.__stderr__, flush=True)
         except Exception as exc:  # the watchdog must never take the run down
             print(f"[testharness] hang diagnosis failed: {exc!r}", file=sys.__stderr__, flush=True)
         finally:
