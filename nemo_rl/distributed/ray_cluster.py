@@ -31,6 +31,16 @@ log = logging.getLogger(__name__)
 
 START_TIMEOUT_ENV = "NRL_RAY_START_TIMEOUT_S"
 WAIT_TIMEOUT_ENV = "NRL_RAY_WAIT_TIMEOUT_S"
+# Environment that must reach every worker unchanged (multicast must stay off on shared GPUs;
+# coverage and the import path are read when the worker process starts).
+FORWARDED_ENV = (
+    "NCCL_NVLS_ENABLE",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST",
+    "NVSHMEM_DISABLE_NVLS",
+    "COVERAGE_PROCESS_START",
+    "COVERAGE_PROCESS_CONFIG",
+    "PYTHONPATH",
+)
 # A failed attempt on a loaded 2-core machine takes about a minute (the dashboard starts,
 # the raylet gives up after ~15 s, ray.init after 30 s more); a good one 10-40 s.
 DEFAULT_START_TIMEOUT_S = 300.0
@@ -243,22 +253,46 @@ def start_local_ray(
             )
 
 
+def job_runtime_env(warm_workers: int = 0) -> dict[str, Any]:
+    """The runtime environment of this process's Ray job: the variables every worker must get
+    unchanged (FORWARDED_ENV, from this process, whoever started the cluster), and the warm
+    workers' import hook when asked for."""
+    env: dict[str, Any] = {}
+    forwarded = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
+    if forwarded:
+        env["env_vars"] = forwarded
+    if warm_workers > 0:
+        from nemo_rl.distributed.warm_workers import PRELOAD_HOOK
+
+        env["worker_process_setup_hook"] = PRELOAD_HOOK
+    return env
+
+
 def init_ray(
     num_cpus: int | None = None,
     num_gpus: int | None = None,
+    warm_workers: int = 0,
 ) -> ClusterInfo:
-    """Connect to (or start) Ray once per process; later calls return the same cluster."""
+    """Connect to (or start) Ray once per process; later calls return the same cluster.
+    `warm_workers`: idle workers, torch and transformers imported, started on this node for
+    this job's next actors (nemo_rl.distributed.warm_workers); only when this call connects."""
     started_here = False
     if not ray.is_initialized():
         address = os.environ.get("RAY_ADDRESS") or local_head_address()
+        runtime_env = job_runtime_env(warm_workers)
         if address:
-            ray.init(address=address, log_to_driver=True)
+            ray.init(address=address, log_to_driver=True, runtime_env=runtime_env)
         else:
             start_local_ray(
                 num_cpus=num_cpus if num_cpus is not None else os.cpu_count() or 1,
                 num_gpus=num_gpus if num_gpus is not None else count_local_gpus(),
+                runtime_env=runtime_env,
             )
             started_here = True
+        if warm_workers > 0:
+            from nemo_rl.distributed.warm_workers import prestart
+
+            prestart(warm_workers)
     resources = ray.cluster_resources()
     return ClusterInfo(
         address=ray.get_runtime_context().gcs_address,

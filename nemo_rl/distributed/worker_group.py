@@ -20,18 +20,15 @@ import psutil
 import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from nemo_rl.distributed.ray_cluster import WAIT_TIMEOUT_ENV, RayWaitTimeout, ray_wait_timeout_s
+from nemo_rl.distributed.ray_cluster import FORWARDED_ENV, WAIT_TIMEOUT_ENV, RayWaitTimeout, ray_wait_timeout_s
 from nemo_rl.distributed.virtual_cluster import RayVirtualCluster
 
-# Environment that must reach every worker unchanged (multicast must stay off on shared GPUs).
-_FORWARDED_ENV = (
-    "NCCL_NVLS_ENABLE",
-    "TORCH_SYMM_MEM_DISABLE_MULTICAST",
-    "NVSHMEM_DISABLE_NVLS",
-    "COVERAGE_PROCESS_START",
-    "COVERAGE_PROCESS_CONFIG",
-    "PYTHONPATH",
-)
+
+def _job_env_has(env: dict[str, str]) -> bool:
+    """Whether this job's runtime environment already gives every worker `env` (init_ray
+    puts FORWARDED_ENV there)."""
+    job_vars = (ray.get_runtime_context().runtime_env or {}).get("env_vars") or {}
+    return all(job_vars.get(k) == v for k, v in env.items())
 
 
 def resolve_class(spec: str | type) -> type:
@@ -161,6 +158,8 @@ def init_distributed() -> None:
 
     if dist.is_initialized():
         return
+    if "WORLD_SIZE" not in os.environ:  # a group of one, in the job's environment (RayWorkerGroup)
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
     if "MASTER_PORT" not in os.environ and os.environ.get("WORLD_SIZE") == "1":  # a group of one
         os.environ["MASTER_ADDR"] = "127.0.0.1"
         os.environ["MASTER_PORT"] = str(free_port(rendezvous_ports(_ephemeral_range())))
@@ -200,7 +199,7 @@ class RayWorkerGroup:
         pg = self.cluster.placement_group
         timeout = ray_wait_timeout_s()
         world = self.cluster.num_workers
-        base_env = {k: os.environ[k] for k in _FORWARDED_ENV if k in os.environ}
+        base_env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
         base_env.update(env_vars or {})
         if world > 1:  # the others must know rank 0's address before they start; a group of
             # one picks its own port in init_distributed (no task, so no extra worker process)
@@ -209,13 +208,18 @@ class RayWorkerGroup:
         remote_cls: Any = ray.remote(cls)
         self.workers = []
         for rank in range(world):
-            env = dict(base_env, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK="0")
+            options: dict[str, Any] = {}
+            if world > 1 or not _job_env_has(base_env):
+                env = dict(base_env, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK="0")
+                options["runtime_env"] = {"env_vars": env}
+            # else: a group of one runs in the job's own environment, which a warm worker of
+            # the job has (warm_workers.py); init_distributed makes it rank 0 of 1
             self.workers.append(
                 remote_cls.options(
                     num_cpus=self.cluster.cpus_per_worker,
                     num_gpus=self.cluster.gpus_per_worker,
                     scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=rank),
-                    runtime_env={"env_vars": env},
+                    **options,
                 ).remote(*args, **kwargs)
             )
         try:

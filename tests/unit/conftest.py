@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -53,6 +54,54 @@ def pytest_testharness_start_ray(config: pytest.Config, workers: int) -> str:
     return info.address
 
 
+def warm_workers_wanted(xdist_workers: int) -> int:
+    """Warm Ray workers (nemo_rl.distributed.warm_workers) each xdist worker's job asks for:
+    NRL_WARM_WORKERS, else none on a CPU-only machine (their imports would compete with the
+    tests for its few cores) and on a GPU machine 2 (a policy worker and its environment's
+    actor; there an actor's imports take ~8 s), or 1 where that would make more importing
+    processes than half the cores while the xdist workers collect."""
+    raw = os.environ.get("NRL_WARM_WORKERS", "").strip()
+    if raw:
+        if not raw.isdigit():
+            raise pytest.UsageError(f"NRL_WARM_WORKERS={raw!r}: expected a whole number of workers")
+        return int(raw)
+    from nemo_rl.distributed.ray_cluster import count_local_gpus
+
+    if not count_local_gpus():
+        return 0
+    return 2 if 2 * xdist_workers <= (os.cpu_count() or 1) // 2 else 1
+
+
+_joined_early = False  # this xdist worker joined the run's cluster in pytest_sessionstart
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """An xdist worker of a `-n` run (the controller started the cluster: RAY_ADDRESS) joins it
+    before collecting, with warm workers, so that they import torch and transformers while
+    this worker collects: its first actor then starts in a process that is ready (asked for
+    just before the actor, a warm worker is only a second process importing the same)."""
+    global _joined_early
+    if not hasattr(session.config, "workerinput") or not os.environ.get("RAY_ADDRESS"):
+        return
+    count = warm_workers_wanted(int(session.config.workerinput.get("workercount", 1)))
+    if count:
+        import logging
+
+        from nemo_rl.distributed.ray_cluster import init_ray
+
+        ray_log = logging.getLogger("ray")
+        level = ray_log.level
+        ray_log.setLevel(logging.WARNING)  # not "Connecting to existing Ray cluster" once per worker
+        try:
+            init_ray(warm_workers=count)
+        except Exception as exc:  # the ray_cluster fixture tries again and fails the tests that need it
+            print(f"warm Ray workers: could not join the run's cluster: {exc}", file=sys.stderr)
+            return
+        finally:
+            ray_log.setLevel(level)
+        _joined_early = True
+
+
 @pytest.fixture(scope="session")
 def test_assets() -> Path:
     """The offline assets, built on first use if missing (a few seconds)."""
@@ -87,7 +136,7 @@ def ray_cluster() -> Iterator[object]:
 
     from nemo_rl.distributed.ray_cluster import RayStartError, init_ray
 
-    already = ray.is_initialized()
+    already = ray.is_initialized() and not _joined_early
     try:
         info = init_ray()  # a busy machine: retried for up to NRL_RAY_START_TIMEOUT_S
     except RayStartError as exc:

@@ -77,6 +77,15 @@ class Calc:
             t.join()
         return problems
 
+    def project_hook(self) -> str | None:
+        return os.environ.get("PROJECT_HOOK")
+
+
+def _project_hook() -> None:
+    """The project's own worker set-up hook (nemo_rl's warm workers import torch in one),
+    given to ray.init by name: the harness's trace hook runs it, then starts tracing."""
+    os.environ["PROJECT_HOOK"] = "after tracing" if "_testharness_remote_trace" in sys.modules else "before tracing"
+
 
 class SlowStart:
     """A late worker: its constructor outlasts the caller's patience."""
@@ -107,7 +116,8 @@ def _traced_scenarios() -> dict[str, list[str] | None]:
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     rec = ReachRecorder(str(ROOT))
     rec.install()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    hook = f"{__name__}._project_hook"  # workers import it by name (PYTHONPATH: `traced`)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"worker_process_setup_hook": hook})
     remote_calc = ray.remote(Calc)
 
     def period(name: str, fixtures: list[str]) -> list[str] | None:
@@ -176,6 +186,7 @@ def _traced_scenarios() -> dict[str, list[str] | None]:
     rec.push_test("t::task_no_returns")
     remote_task.options(num_returns=0).remote(1)  # no ref, no task id to find its report by
     out["task_no_returns"] = period("t::task_no_returns", [])
+    out["project_hook"] = [ray.get(remote_calc.remote().project_hook.remote())]
     ray.shutdown()
     rec.uninstall()
     return out
@@ -187,7 +198,8 @@ def traced() -> dict[str, list[str] | None]:
         f"import json, sys; sys.path[:0] = [{str(ROOT / 'tools/py')!r}, {str(Path(__file__).parent)!r}, {str(ROOT)!r}]; "
         "import test_remote_select_trace as t; print('RESULT', json.dumps(t._traced_scenarios()))"
     )
-    env = {**os.environ, "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
+    path = [str(ROOT / "tools/py"), str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0", "PYTHONPATH": os.pathsep.join(filter(None, path))}
     env.pop("RAY_ADDRESS", None)
     proc = subprocess.run(
         [sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT
@@ -246,3 +258,8 @@ def test_an_actor_killed_in_its_constructor_is_not_waited_for(traced: dict[str, 
     (seconds,) = traced["killed_beside_constructing_s"]  # type: ignore[misc]
     assert float(seconds) < 10, seconds
     assert {"Calc.__init__", "Calc.add"} <= _units(traced["killed_beside_constructing"])  # its last report
+
+
+def test_the_projects_own_set_up_hook_runs_before_tracing_starts(traced: dict[str, list[str] | None]) -> None:
+    # and tracing goes on: every scenario above ran with it
+    assert traced["project_hook"] == ["before tracing"]

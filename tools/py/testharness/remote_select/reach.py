@@ -270,8 +270,9 @@ class ReachRecorder:
             if ray.is_initialized() or (env is not None and not isinstance(env, dict)):
                 return args, kwargs
             env = dict(env or {})
-            if "worker_process_setup_hook" in env:
-                recorder._tracing = False  # the user's hook wins; module granularity then
+            first = env.get("worker_process_setup_hook")  # the project's own hook runs first
+            if first is not None and not (callable(first) or isinstance(first, str)):
+                recorder._tracing = False  # a hook we cannot call: it wins; module granularity then
                 return args, kwargs
             from ray import cloudpickle
 
@@ -281,7 +282,7 @@ class ReachRecorder:
             if recorder._task_dir is None:
                 recorder._task_dir = tempfile.mkdtemp(prefix="testharness-tasks-")
             manager = real_ray.task_function_manager()  # None: tasks report by their module only
-            env["worker_process_setup_hook"] = worker_trace.make_hook(recorder.root, recorder._task_dir, manager)
+            env["worker_process_setup_hook"] = worker_trace.make_hook(recorder.root, recorder._task_dir, manager, first)
             recorder._tracing = True
             return args, dict(kwargs, runtime_env=env)
 

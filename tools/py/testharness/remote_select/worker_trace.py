@@ -25,6 +25,7 @@ each pickled function arrives with its own copy of the module's globals.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
@@ -40,13 +41,22 @@ PROCESS_EVENTS = frozenset(
 )
 
 
-def make_hook(root: str, task_dir: str | None = None, manager: type | None = None) -> Callable[[], None]:
+def make_hook(
+    root: str, task_dir: str | None = None, manager: type | None = None, first: Callable[[], None] | str | None = None
+) -> Callable[[], None]:
     """The `worker_process_setup_hook` for `ray.init` (a closure: Ray needs a callable of no
     arguments). `task_dir`: where each remote function's run leaves its report; `manager`:
     Ray's class that hands a worker each task's function (real_ray.task_function_manager,
-    pickled by reference: the workers import it from their Ray), None where Ray has none."""
+    pickled by reference: the workers import it from their Ray), None where Ray has none.
+    `first`: the project's own hook (a callable, or "module.function" as Ray takes it), run
+    before tracing starts: what it imports is set-up, not a test's code."""
 
     def testharness_trace_hook() -> None:
+        if isinstance(first, str):
+            module, _, name = first.rpartition(".")
+            getattr(importlib.import_module(module), name)()
+        elif first is not None:
+            first()
         install(root, task_dir, manager)
 
     return testharness_trace_hook

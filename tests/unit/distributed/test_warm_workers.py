@@ -1,0 +1,89 @@
+"""Warm Ray workers (nemo_rl.distributed.warm_workers) on a real cluster: a job that asks for
+them gets idle processes that imported torch and transformers before any actor existed, and a
+worker group of one starts its actor in one of them, as rank 0 of 1."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+
+# A driver of its own (a new job of the session's cluster): warm workers are asked for when a
+# job connects. It waits until the raylet's prestarted process of this job has torch loaded,
+# then starts a group of one and reports where its actor ran.
+DRIVER = textwrap.dedent(
+    """
+    import json, os, sys, time
+    import ray
+    from nemo_rl.distributed import warm_workers
+    from nemo_rl.distributed.ray_cluster import init_ray
+    from nemo_rl.distributed.virtual_cluster import RayVirtualCluster
+    from nemo_rl.distributed.worker_group import RayWorkerGroup, init_distributed
+
+    class Facts:
+        def __init__(self):
+            self.imported_before = "transformers" in sys.modules and "torch.distributed.tensor" in sys.modules
+            init_distributed()
+
+        def facts(self):
+            import torch.distributed as dist
+            return {"pid": os.getpid(), "imported_before": self.imported_before,
+                    "rank": dist.get_rank(), "world": dist.get_world_size()}
+
+    init_ray(warm_workers=1)
+    job = ray.get_runtime_context().get_job_id()
+
+    def warm_pids():
+        pids = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                env = open(f"/proc/{pid}/environ", "rb").read().split(b"\\0")
+                maps = open(f"/proc/{pid}/maps", "rb").read()
+            except OSError:
+                continue
+            if f"RAY_JOB_ID={job}".encode() in env and b"libtorch_cpu" in maps:
+                pids.append(int(pid))
+        return pids
+
+    deadline = time.monotonic() + 240
+    while not (warm := warm_pids()):
+        assert time.monotonic() < deadline, "no prestarted worker of this job imported torch"
+        time.sleep(0.2)
+    time.sleep(1)  # the rest of the hook: transformers
+    group = RayWorkerGroup(RayVirtualCluster(1, cpus_per_worker=0.5), Facts)
+    try:
+        facts = group.run_all("facts")[0]
+    finally:
+        group.shutdown()
+    print("FACTS " + json.dumps(dict(facts, warm=warm)))
+    """
+)
+
+
+def test_a_group_of_one_starts_in_a_warm_worker_with_its_imports_done(ray_cluster) -> None:
+    env = dict(os.environ, RAY_ADDRESS=ray_cluster.address)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    done = subprocess.run(
+        [sys.executable, "-c", DRIVER], cwd=ROOT, env=env, capture_output=True, text=True, timeout=480
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("FACTS ")]
+    assert done.returncode == 0 and lines, done.stderr[-3000:]
+    facts = json.loads(lines[0].removeprefix("FACTS "))
+    assert facts["pid"] in facts["warm"], facts  # the prestarted process, not a new one
+    assert facts["imported_before"], facts  # its constructor found torch and transformers imported
+    assert (facts["rank"], facts["world"]) == (0, 1)
+
+
+def test_no_warm_workers_where_ray_cannot_prestart(monkeypatch: pytest.MonkeyPatch) -> None:
+    from nemo_rl.distributed import warm_workers
+
+    monkeypatch.setitem(sys.modules, "ray._private.grpc_utils", None)  # as a Ray without the call
+    assert warm_workers.prestart(2) is False
+    assert warm_workers.prestart(0) is False
