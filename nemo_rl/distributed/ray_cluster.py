@@ -272,21 +272,23 @@ def init_ray(
     num_cpus: int | None = None,
     num_gpus: int | None = None,
     warm_workers: int = 0,
+    **init_kwargs: Any,
 ) -> ClusterInfo:
     """Connect to (or start) Ray once per process; later calls return the same cluster.
     `warm_workers`: idle workers, torch and transformers imported, started on this node for
-    this job's next actors (nemo_rl.distributed.warm_workers); only when this call connects."""
+    this job's next actors (nemo_rl.distributed.warm_workers); `init_kwargs` go to `ray.init`.
+    Both only when this call connects."""
     started_here = False
     if not ray.is_initialized():
         address = os.environ.get("RAY_ADDRESS") or local_head_address()
         runtime_env = job_runtime_env(warm_workers)
         if address:
-            ray.init(address=address, log_to_driver=True, runtime_env=runtime_env)
+            ray.init(address=address, **{"log_to_driver": True, "runtime_env": runtime_env, **init_kwargs})
         else:
             start_local_ray(
                 num_cpus=num_cpus if num_cpus is not None else os.cpu_count() or 1,
                 num_gpus=num_gpus if num_gpus is not None else count_local_gpus(),
-                runtime_env=runtime_env,
+                **{"runtime_env": runtime_env, **init_kwargs},
             )
             started_here = True
         if warm_workers > 0:

@@ -89,16 +89,11 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
         from nemo_rl.distributed.ray_cluster import init_ray
 
-        ray_log = logging.getLogger("ray")
-        level = ray_log.level
-        ray_log.setLevel(logging.WARNING)  # not "Connecting to existing Ray cluster" once per worker
-        try:
-            init_ray(warm_workers=count)
+        try:  # WARNING: not "Connecting to existing Ray cluster" once per worker, outside any test
+            init_ray(warm_workers=count, logging_level=logging.WARNING)
         except Exception as exc:  # the ray_cluster fixture tries again and fails the tests that need it
             print(f"warm Ray workers: could not join the run's cluster: {exc}", file=sys.stderr)
             return
-        finally:
-            ray_log.setLevel(level)
         _joined_early = True
 
 

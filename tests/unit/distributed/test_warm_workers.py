@@ -87,3 +87,22 @@ def test_no_warm_workers_where_ray_cannot_prestart(monkeypatch: pytest.MonkeyPat
     monkeypatch.setitem(sys.modules, "ray._private.grpc_utils", None)  # as a Ray without the call
     assert warm_workers.prestart(2) is False
     assert warm_workers.prestart(0) is False
+
+
+def _gpus() -> int:
+    from nemo_rl.distributed.ray_cluster import count_local_gpus
+
+    return count_local_gpus()
+
+
+@pytest.mark.skipif(not _gpus(), reason="needs a GPU (NVML sees none) to show preload leaves CUDA uninitialised")
+def test_preload_leaves_cuda_uninitialised() -> None:
+    """A warm worker imports before Ray gives it an actor and sets CUDA_VISIBLE_DEVICES: had
+    the imports initialised CUDA (libcuda loaded), the actor would see every GPU of the machine."""
+    code = (
+        "from nemo_rl.distributed.warm_workers import preload; preload(); "
+        "print('libcuda' in open('/proc/self/maps').read())"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-1] == "False"
