@@ -1,4 +1,4 @@
-"""What a warm pool of Ray workers would give an actor that imports torch and transformers
+"""What a warm Ray worker gives an actor that imports torch and transformers
 (issue 36, item 2): the time from `Actor.remote()` to its first answer, in a new worker
 process (what every policy actor pays today) and in a process Ray started for this job
 beforehand, whose set-up hook already imported those modules.
@@ -6,12 +6,12 @@ beforehand, whose set-up hook already imported those modules.
     uv run --group test python bench/warm_worker_probe.py [--actors 3]
     PYTHONPATH=/tmp/site:$PWD python3 bench/warm_worker_probe.py      # the GPU machine (no uv)
 
-A measurement, not a feature: Ray 2.60 has no public call that starts idle workers for a job
-and its runtime environment, so the warm half asks the raylet over its private gRPC API
-(`NodeManagerService.PrestartWorkers`, with the job's own serialized runtime environment so
-that the actors' environment matches). Each half runs in a fresh cluster of its own; both
-install the same `worker_process_setup_hook`, so a cold actor's process imports the modules
-in its set-up and its constructor finds them imported, as a warm one does.
+The warm half prestarts with the library's own call (nemo_rl/distributed/warm_workers.py: the
+raylet's private `NodeManagerService.PrestartWorkers`, with the job's runtime environment), as
+the unit tests' xdist workers do (`init_ray(warm_workers=N)`). Each half runs in a fresh
+cluster of its own; both install the same `worker_process_setup_hook`, so a cold actor's
+process imports the modules in its set-up and its constructor finds them imported, as a warm
+one does.
 """
 
 from __future__ import annotations
@@ -31,23 +31,18 @@ os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
 import ray
 
+from nemo_rl.distributed.warm_workers import preload, prestart
+
 WARM_WAIT_S = 120.0  # for the first prestarted worker to finish its set-up
 SETTLE_S = 10.0  # then for the others (Ray may start fewer than asked: the table says which)
 
 
-def _policy_imports() -> None:
-    """What the policy worker imports before its model loads."""
-    import torch  # noqa: F401
-    import torch.distributed.tensor  # noqa: F401  (pulls sympy, as the policy worker does)
-    from transformers import AutoModelForCausalLM  # noqa: F401
-
-
 def _make_hook(marks: str) -> Any:
-    def preload() -> None:  # runs in every worker process of the job before its first task
-        _policy_imports()
+    def hook() -> None:  # runs in every worker process of the job before its first task
+        preload()
         Path(marks, str(os.getpid())).touch()
 
-    return preload
+    return hook
 
 
 @ray.remote(num_cpus=1)
@@ -55,32 +50,10 @@ class _Imports:
     """The policy worker's imports (already done where the set-up hook ran)."""
 
     def __init__(self) -> None:
-        _policy_imports()
+        preload()
 
     def pid(self) -> int:
         return os.getpid()
-
-
-def _prestart(count: int) -> None:
-    """Ask this node's raylet for `count` idle workers of this job and runtime environment."""
-    from ray._private.grpc_utils import init_grpc_channel
-    from ray.core.generated import common_pb2, node_manager_pb2, node_manager_pb2_grpc
-
-    # Generated and private modules: no types to check against.
-    worker: Any = ray._private.worker.global_worker
-    common: Any = common_pb2
-    messages: Any = node_manager_pb2
-    job_config = worker.core_worker.get_job_config()
-    node = next(n for n in ray.nodes() if n["Alive"])
-    request = messages.PrestartWorkersRequest(
-        language=common.PYTHON,
-        job_id=bytes.fromhex(ray.get_runtime_context().get_job_id()),
-        keep_alive_duration_secs=600,
-        num_workers=count,
-    )
-    request.runtime_env_info.ParseFromString(job_config.runtime_env_info.SerializeToString())
-    channel = init_grpc_channel(f"{node['NodeManagerAddress']}:{node['NodeManagerPort']}")
-    node_manager_pb2_grpc.NodeManagerServiceStub(channel).PrestartWorkers(request, timeout=30)
 
 
 def _half(warm: bool, actors: int) -> list[tuple[float, bool]]:
@@ -90,7 +63,7 @@ def _half(warm: bool, actors: int) -> list[tuple[float, bool]]:
                  runtime_env={"worker_process_setup_hook": _make_hook(marks)})  # fmt: skip
         try:
             if warm:
-                _prestart(actors)
+                assert prestart(actors), "this Ray cannot prestart workers"
                 deadline, seen = time.monotonic() + WARM_WAIT_S, 0
                 while seen < actors and time.monotonic() < deadline:
                     time.sleep(0.1)
