@@ -3,45 +3,80 @@ transformers already imported.
 
 Every Ray actor gets a worker process of its own; a policy worker's then spends most of its
 start importing torch, torch.distributed.tensor and transformers (about 8 s of 11 s on an
-H200 machine, bench/warm_worker_probe.py). A job that asks for warm workers
-(`init_ray(warm_workers=N)`) runs `preload` in each of its worker processes as they start
-(Ray's `worker_process_setup_hook`) and has the local raylet start N of them at once, so the
-job's next N actors whose runtime environment is the job's own start in a process that is
-already there and already imported those modules.
+H200 machine, bench/warm_worker_probe.py). A job that asks for N warm workers
+(`init_ray(warm_workers=N)`) has the local raylet start N worker processes at once; they
+import those modules while the driver goes on, and the job's next N actors whose runtime
+environment is the job's own start in them.
 
 Ray 2.60 has no public call for that: `prestart` asks the raylet over its private gRPC API
 (`NodeManagerService.PrestartWorkers`, the call behind Ray's own per-CPU prestart), and does
-nothing where this Ray lacks it. An actor given a runtime environment of its own (env_vars)
-never gets a warm worker: RayWorkerGroup gives a group of one none.
+nothing where this Ray lacks it. The imports run in Ray's `worker_process_setup_hook`, which
+every worker process of the job runs; only the first N to start claim a slot (a file the
+driver made) and import: a worker started later for a small task or actor pays nothing. An
+actor given a runtime environment of its own (env_vars) never gets a warm worker:
+RayWorkerGroup gives a group of one none.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import ray
 
 log = logging.getLogger(__name__)
 
-PRELOAD_HOOK = f"{__name__}.preload"
+PRELOAD_HOOK = f"{__name__}.preload_if_claimed"
 KEEP_ALIVE_S = 600  # an unused warm worker is ended after this long
 
 
 def preload() -> None:
-    """What a policy worker imports before its model loads (a worker process set-up hook).
-    No CUDA call: Ray sets CUDA_VISIBLE_DEVICES only when it gives the process its actor."""
+    """What a policy worker imports before its model loads. No CUDA call: Ray sets
+    CUDA_VISIBLE_DEVICES only when it gives the process its actor."""
     import torch  # noqa: F401
     import torch.distributed.tensor  # noqa: F401  (torch's sympy-based shape code comes with it)
     from transformers import AutoModelForCausalLM  # noqa: F401
 
 
+def _slots(job_hex: str) -> Path:
+    return Path(tempfile.gettempdir(), f"nrl-warm-workers-{job_hex}")
+
+
+def preload_if_claimed() -> None:
+    """The job's worker set-up hook: `preload` in a process that claims one of the slots
+    `prestart` made (removing the file is the claim: one process wins each), else nothing."""
+    slots = _slots(os.environ.get("RAY_JOB_ID", ""))
+    try:
+        names = sorted(os.listdir(slots))
+    except OSError:
+        return
+    for name in names:
+        try:
+            os.unlink(slots / name)
+        except OSError:
+            continue  # another process claimed it
+        preload()
+        return
+
+
 def prestart(count: int, keep_alive_s: int = KEEP_ALIVE_S) -> bool:
     """Ask this node's raylet to start `count` idle workers for this job and its runtime
-    environment (the raylet starts at most one per free CPU). False where this Ray has no
-    such call, or the raylet refused."""
+    environment (the raylet starts at most one per free CPU); the first `count` of the job's
+    worker processes to start then preload. False where this Ray has no such call, or the
+    raylet refused."""
     if count <= 0:
         return False
+    job = ray.get_runtime_context().get_job_id()
+    slots = _slots(job)
+    slots.mkdir(exist_ok=True)
+    atexit.register(shutil.rmtree, slots, ignore_errors=True)
+    for i in range(count):
+        (slots / str(i)).touch()
     try:
         from ray._private.grpc_utils import init_grpc_channel
         from ray.core.generated import common_pb2, node_manager_pb2, node_manager_pb2_grpc
@@ -51,10 +86,7 @@ def prestart(count: int, keep_alive_s: int = KEEP_ALIVE_S) -> bool:
         messages: Any = node_manager_pb2
         common: Any = common_pb2
         request = messages.PrestartWorkersRequest(
-            language=common.PYTHON,
-            job_id=bytes.fromhex(ray.get_runtime_context().get_job_id()),
-            keep_alive_duration_secs=keep_alive_s,
-            num_workers=count,
+            language=common.PYTHON, job_id=bytes.fromhex(job), keep_alive_duration_secs=keep_alive_s, num_workers=count
         )
         job_config = worker.core_worker.get_job_config()
         request.runtime_env_info.ParseFromString(job_config.runtime_env_info.SerializeToString())
@@ -63,5 +95,6 @@ def prestart(count: int, keep_alive_s: int = KEEP_ALIVE_S) -> bool:
         node_manager_pb2_grpc.NodeManagerServiceStub(channel).PrestartWorkers(request, timeout=30)
         return True
     except Exception as exc:  # noqa: BLE001  a private API: any Ray that differs starts actors cold
+        shutil.rmtree(slots, ignore_errors=True)
         log.info("no warm Ray workers (this Ray cannot prestart them: %s)", exc)
         return False

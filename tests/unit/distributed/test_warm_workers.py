@@ -1,6 +1,7 @@
 """Warm Ray workers (nemo_rl.distributed.warm_workers) on a real cluster: a job that asks for
-them gets idle processes that imported torch and transformers before any actor existed, and a
-worker group of one starts its actor in one of them, as rank 0 of 1."""
+them gets idle processes that imported torch and transformers before any actor existed, a
+worker group of one starts its actor in one of them, as rank 0 of 1, and the job's later
+worker processes import nothing."""
 
 from __future__ import annotations
 
@@ -57,12 +58,14 @@ DRIVER = textwrap.dedent(
         assert time.monotonic() < deadline, "no prestarted worker of this job imported torch"
         time.sleep(0.2)
     time.sleep(1)  # the rest of the hook: transformers
-    group = RayWorkerGroup(RayVirtualCluster(1, cpus_per_worker=0.5), Facts)
-    try:
-        facts = group.run_all("facts")[0]
-    finally:
-        group.shutdown()
-    print("FACTS " + json.dumps(dict(facts, warm=warm)))
+    runs = []
+    for _ in range(2):  # the warm worker, then a new process: the one slot is taken
+        group = RayWorkerGroup(RayVirtualCluster(1, cpus_per_worker=0.5), Facts)
+        try:
+            runs.append(group.run_all("facts")[0])
+        finally:
+            group.shutdown()
+    print("FACTS " + json.dumps({"runs": runs, "warm": warm}))
     """
 )
 
@@ -76,9 +79,12 @@ def test_a_group_of_one_starts_in_a_warm_worker_with_its_imports_done(ray_cluste
     lines = [line for line in done.stdout.splitlines() if line.startswith("FACTS ")]
     assert done.returncode == 0 and lines, done.stderr[-3000:]
     facts = json.loads(lines[0].removeprefix("FACTS "))
-    assert facts["pid"] in facts["warm"], facts  # the prestarted process, not a new one
-    assert facts["imported_before"], facts  # its constructor found torch and transformers imported
-    assert (facts["rank"], facts["world"]) == (0, 1)
+    first, second = facts["runs"]
+    assert first["pid"] in facts["warm"], facts  # the prestarted process, not a new one
+    assert first["imported_before"], facts  # its constructor found torch and transformers imported
+    assert (first["rank"], first["world"]) == (0, 1)
+    # A process the job started later claimed no slot: it imported nothing it was not asked to.
+    assert second["pid"] not in facts["warm"] and not second["imported_before"], facts
 
 
 def test_no_warm_workers_where_ray_cannot_prestart(monkeypatch: pytest.MonkeyPatch) -> None:
