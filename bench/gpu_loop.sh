@@ -12,8 +12,8 @@
 #   warm    bench/warm_worker_probe.py: an actor's start in a new process and in a warm one
 #
 # Issue 36's four figures in one call: bash bench/gpu_loop.sh .whl suite edit long shared warm
-# The unit tests' xdist workers ask for warm Ray workers on a GPU machine (docs/unit-tests.md);
-# NRL_WARM_WORKERS=0 bash bench/gpu_loop.sh .whl suite edit  measures the same without them.
+# With warm Ray workers (opt-in, docs/unit-tests.md), to compare with a run without:
+#   NRL_WARM_WORKERS=2 bash bench/gpu_loop.sh .whl suite edit
 #
 # Installs the carried wheels first (bench/gpu_install.sh); logs and tables go to $OUT.
 set -uo pipefail
