@@ -281,14 +281,15 @@ def init_ray(
     started_here = False
     if not ray.is_initialized():
         address = os.environ.get("RAY_ADDRESS") or local_head_address()
-        runtime_env = job_runtime_env(warm_workers)
+        init_kwargs.setdefault("runtime_env", job_runtime_env(warm_workers))
         if address:
-            ray.init(address=address, **{"log_to_driver": True, "runtime_env": runtime_env, **init_kwargs})
+            init_kwargs.setdefault("log_to_driver", True)
+            ray.init(address=address, **init_kwargs)
         else:
             start_local_ray(
                 num_cpus=num_cpus if num_cpus is not None else os.cpu_count() or 1,
                 num_gpus=num_gpus if num_gpus is not None else count_local_gpus(),
-                **{"runtime_env": runtime_env, **init_kwargs},
+                **init_kwargs,
             )
             started_here = True
         if warm_workers > 0:
