@@ -1,7 +1,9 @@
 """Start N `@ray.remote` workers that share a torch.distributed group, and call them together.
 
 Workers are given RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT in their environment and
-call `init_distributed()` (below) from their constructor: gloo on CPU, nccl on GPU.
+call `init_distributed()` (below) from their constructor: gloo on CPU, nccl on GPU. A group
+of one runs in the job's own environment instead (so that a warm worker can take it,
+warm_workers.py): `init_distributed()` makes it rank 0 of 1 on a free port.
 """
 
 from __future__ import annotations
