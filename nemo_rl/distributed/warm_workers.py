@@ -23,7 +23,6 @@ import atexit
 import logging
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -44,16 +43,18 @@ def preload() -> None:
 
 
 def _slots(job_hex: str) -> Path:
-    return Path(tempfile.gettempdir(), f"nrl-warm-workers-{job_hex}")
+    """This job's slot folder, in the Ray session's own folder (a job id is unique only
+    within its cluster; the driver and its workers on this node see the same folder)."""
+    node: Any = ray._private.worker.global_worker.node  # private: the session of this process
+    return Path(node.get_session_dir_path(), "nrl_warm_workers", job_hex)
 
 
 def preload_if_claimed() -> None:
     """The job's worker set-up hook: `preload` in a process that claims one of the slots
     `prestart` made (removing the file is the claim: one process wins each), else nothing."""
-    slots = _slots(os.environ.get("RAY_JOB_ID", ""))
     try:
-        names = sorted(os.listdir(slots))
-    except OSError:
+        names = sorted(os.listdir(slots := _slots(os.environ.get("RAY_JOB_ID", ""))))
+    except Exception:  # noqa: BLE001  no slots (none asked for), or a Ray that differs: no imports
         return
     for name in names:
         try:
@@ -72,12 +73,13 @@ def prestart(count: int, keep_alive_s: int = KEEP_ALIVE_S) -> bool:
     if count <= 0:
         return False
     job = ray.get_runtime_context().get_job_id()
-    slots = _slots(job)
-    slots.mkdir(exist_ok=True)
-    atexit.register(shutil.rmtree, slots, ignore_errors=True)
-    for i in range(count):
-        (slots / str(i)).touch()
+    slots: Path | None = None
     try:
+        slots = _slots(job)
+        slots.mkdir(parents=True, exist_ok=True)
+        atexit.register(shutil.rmtree, slots, ignore_errors=True)
+        for i in range(count):
+            (slots / str(i)).touch()
         from ray._private.grpc_utils import init_grpc_channel
         from ray.core.generated import common_pb2, node_manager_pb2, node_manager_pb2_grpc
 
@@ -95,6 +97,7 @@ def prestart(count: int, keep_alive_s: int = KEEP_ALIVE_S) -> bool:
         node_manager_pb2_grpc.NodeManagerServiceStub(channel).PrestartWorkers(request, timeout=30)
         return True
     except Exception as exc:  # noqa: BLE001  a private API: any Ray that differs starts actors cold
-        shutil.rmtree(slots, ignore_errors=True)
+        if slots is not None:
+            shutil.rmtree(slots, ignore_errors=True)
         log.info("no warm Ray workers (this Ray cannot prestart them: %s)", exc)
         return False

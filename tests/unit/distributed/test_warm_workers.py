@@ -87,11 +87,14 @@ def test_a_group_of_one_starts_in_a_warm_worker_with_its_imports_done(ray_cluste
     assert second["pid"] not in facts["warm"] and not second["imported_before"], facts
 
 
-def test_no_warm_workers_where_ray_cannot_prestart(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_warm_workers_where_ray_cannot_prestart(ray_cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    import ray
+
     from nemo_rl.distributed import warm_workers
 
     monkeypatch.setitem(sys.modules, "ray._private.grpc_utils", None)  # as a Ray without the call
     assert warm_workers.prestart(2) is False
+    assert not warm_workers._slots(ray.get_runtime_context().get_job_id()).exists()  # no slot left to claim
     assert warm_workers.prestart(0) is False
 
 
