@@ -253,12 +253,17 @@ def start_local_ray(
             )
 
 
+def forwarded_env() -> dict[str, str]:
+    """This process's values of FORWARDED_ENV (those it has)."""
+    return {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
+
+
 def job_runtime_env(warm_workers: int = 0) -> dict[str, Any]:
     """The runtime environment of this process's Ray job: the variables every worker must get
     unchanged (FORWARDED_ENV, from this process, whoever started the cluster), and the warm
     workers' import hook when asked for."""
     env: dict[str, Any] = {}
-    forwarded = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
+    forwarded = forwarded_env()
     if forwarded:
         env["env_vars"] = forwarded
     if warm_workers > 0:

@@ -22,7 +22,7 @@ import psutil
 import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from nemo_rl.distributed.ray_cluster import FORWARDED_ENV, WAIT_TIMEOUT_ENV, RayWaitTimeout, ray_wait_timeout_s
+from nemo_rl.distributed.ray_cluster import WAIT_TIMEOUT_ENV, RayWaitTimeout, forwarded_env, ray_wait_timeout_s
 from nemo_rl.distributed.virtual_cluster import RayVirtualCluster
 
 
@@ -201,8 +201,7 @@ class RayWorkerGroup:
         pg = self.cluster.placement_group
         timeout = ray_wait_timeout_s()
         world = self.cluster.num_workers
-        base_env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
-        base_env.update(env_vars or {})
+        base_env = {**forwarded_env(), **(env_vars or {})}
         if world > 1:  # the others must know rank 0's address before they start; a group of
             # one picks its own port in init_distributed (no task, so no extra worker process)
             master_addr, master_port = self._rendezvous(pg, timeout)

@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -275,7 +276,7 @@ def cancel_tasks() -> None:
             continue
 
 
-def await_ended(procs: tuple[Proc, ...], wait_s: float = EXIT_WAIT_S) -> list[int]:
+def await_ended(procs: Sequence[Proc], wait_s: float = EXIT_WAIT_S) -> list[int]:
     """Wait until none of `procs` still has the title it had (it exited, or Ray reused it for
     other work); SIGKILL those that outlast `wait_s`. The pids still there after that."""
     left = _still_running(procs, wait_s)
@@ -287,7 +288,7 @@ def await_ended(procs: tuple[Proc, ...], wait_s: float = EXIT_WAIT_S) -> list[in
     return [p.pid for p in _still_running(left, 2.0)]
 
 
-def _still_running(procs: tuple[Proc, ...] | list[Proc], wait_s: float) -> list[Proc]:
+def _still_running(procs: Sequence[Proc], wait_s: float) -> list[Proc]:
     deadline = time.monotonic() + wait_s
     while True:
         left = [p for p in procs if p.title and probe._title(p.pid) == p.title]

@@ -271,9 +271,6 @@ class ReachRecorder:
                 return args, kwargs
             env = dict(env or {})
             first = env.get("worker_process_setup_hook")  # the project's own hook runs first
-            if first is not None and not (callable(first) or isinstance(first, str)):
-                recorder._tracing = False  # a hook we cannot call: it wins; module granularity then
-                return args, kwargs
             from ray import cloudpickle
 
             from . import worker_trace
