@@ -69,25 +69,29 @@ _joined_early = False  # this xdist worker joined the run's cluster in pytest_se
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """An xdist worker of a `-n` run (the controller started the cluster: RAY_ADDRESS) joins it
-    before collecting, with warm workers, so that they import torch and transformers while
-    this worker collects: its first actor then starts in a process that is ready (asked for
-    just before the actor, a warm worker is only a second process importing the same)."""
+    """With warm workers, an xdist worker of a `-n` run joins the run's cluster before
+    collecting, so that they import torch and transformers while this worker collects: its
+    first actor then starts in a process that is ready (asked for just before the actor, a warm
+    worker is only a second process importing the same). Otherwise the harness joins it before
+    the first test (the controller starts it while the workers start)."""
     global _joined_early
-    if not hasattr(session.config, "workerinput") or not os.environ.get("RAY_ADDRESS"):
-        return
     count = warm_workers_wanted()
-    if count:
-        import logging
+    if not count or not hasattr(session.config, "workerinput"):
+        return
+    from testharness.parallel import shared_ray_address
 
-        from nemo_rl.distributed.ray_cluster import init_ray
+    if not shared_ray_address(session.config):  # waits for the controller's start; None: not a shared cluster
+        return
+    import logging
 
-        try:  # WARNING: not "Connecting to existing Ray cluster" once per worker, outside any test
-            init_ray(warm_workers=count, logging_level=logging.WARNING)
-        except Exception as exc:  # the ray_cluster fixture tries again and fails the tests that need it
-            print(f"warm Ray workers: could not join the run's cluster: {exc}", file=sys.stderr)
-            return
-        _joined_early = True
+    from nemo_rl.distributed.ray_cluster import init_ray
+
+    try:  # WARNING: not "Connecting to existing Ray cluster" once per worker, outside any test
+        init_ray(warm_workers=count, logging_level=logging.WARNING)
+    except Exception as exc:  # the ray_cluster fixture tries again and fails the tests that need it
+        print(f"warm Ray workers: could not join the run's cluster: {exc}", file=sys.stderr)
+        return
+    _joined_early = True
 
 
 @pytest.fixture(scope="session")

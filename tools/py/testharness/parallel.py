@@ -2,15 +2,18 @@
 
 In a project with `[tool.testharness]` (where the harness is merely installed, `-n` is
 xdist's alone: no cluster, no scheduling of ours), the controller (the process that runs
-`pytest -n N`) starts the Ray cluster before xdist spawns its workers, or joins the one in
-RAY_ADDRESS, and exports its address as RAY_ADDRESS: every worker's `ray.init()` joins it,
-so Ray's resource accounting places every actor of every test (a GPU actor waits for a free
-GPU; two never share one). The controller stops the cluster it started when the run ends.
+`pytest -n N`) starts the Ray cluster while xdist spawns its workers and they collect, or
+joins the one in RAY_ADDRESS; every worker exports its address as RAY_ADDRESS before its
+first test (`shared_ray_address(config)` for a conftest that needs it sooner), so every
+worker's `ray.init()` joins it and Ray's resource accounting places every actor of every
+test (a GPU actor waits for a free GPU; two never share one). The controller stops the cluster it started when the run ends.
 How to start it is the project's choice: implement `pytest_testharness_start_ray(config,
 workers)` in a conftest (return the address) to use its own start-up (retries, sizing);
-otherwise `ray.init(address="local")`. Without Ray (not installed, blocked, or a stand-in in
-sys.modules["ray"]: real_ray) the workers run with no shared cluster, as the controller's
-line says; everything else below still holds.
+otherwise `ray.init(address="local")`. It runs in a thread of the controller while the
+workers start: they get the address and the RAY_* variables Ray's start set, not other
+changes the hook makes to the environment. Without Ray (not installed, blocked, or a
+stand-in in sys.modules["ray"]: real_ray) the workers run with no shared cluster, as the
+controller's line says; everything else below still holds.
 
 Placement of what Ray does not see:
 
@@ -49,9 +52,15 @@ controller writes; workers send what they measured with their reports).
 
 from __future__ import annotations
 
+import atexit
+import json
+import logging
 import os
 import shutil
+import sys
 import tempfile
+import threading
+import time
 import uuid
 from collections.abc import Generator
 from dataclasses import dataclass, field
@@ -73,6 +82,7 @@ from testharness.xdist_plan import files_to_run, workers_for
 from testharness.xdist_schedule import RUN_FIRST_FILES, make_scheduler
 
 WORKERINPUT_KEY = "testharness_parallel"
+CLUSTER_FILE = "ray_cluster.json"  # in the run's shared folder: {"address", "gpus"} or {"error"}
 
 
 class StartRaySpec:
@@ -95,6 +105,7 @@ class _Run:
     shared_dir: Path
     address: str = ""
     started_here: bool = False  # this process started the cluster (and stops it)
+    cluster: bool = False  # the workers share a cluster (its address comes in CLUSTER_FILE)
     gpus: int = 0
     durations: dict[str, float] | None = None  # recorded ({}: none); None: xdist's order
 
@@ -137,8 +148,8 @@ def pytest_configure(config: pytest.Config) -> None:
     elif is_xdist_worker(config) and WORKERINPUT_KEY in config.workerinput:  # type: ignore[attr-defined]
         spec = config.workerinput[WORKERINPUT_KEY]  # type: ignore[attr-defined]
         config.pluginmanager.register(
-            _Worker(Path(spec["dir"]), int(spec["gpus"]), lease_timeout_s(dict(os.environ)), spec["durations"]),
-            f"testharness-parallel-worker-{id(config)}",
+            _Worker(Path(spec["dir"]), bool(spec["cluster"]), lease_timeout_s(dict(os.environ)), spec["durations"]),
+            WORKER_PLUGIN,
         )
 
 
@@ -211,20 +222,67 @@ def _default_start(workers: int) -> str:
     return str(ray.get_runtime_context().gcs_address)
 
 
+class _NotMainThread(logging.Filter):
+    """Drops Ray's warning that a driver started outside the main thread sets no SIGTERM
+    handler: the harness keeps its own (reassert_signal_handlers)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "not the main thread" not in record.getMessage()
+
+
 class _Controller:
+    """Starts the run's cluster beside the workers' start-up: a new cluster is started in a
+    thread while xdist spawns the workers and they import and collect (seconds each, in
+    parallel); the workers read its address from CLUSTER_FILE before their first test. A
+    cluster in RAY_ADDRESS (or one this process already joined) is joined at once.
+
+    The thread lives until the cluster is stopped: Ray binds the processes it starts to the
+    thread that started them (PR_SET_PDEATHSIG fires when that thread ends)."""
+
     def __init__(self, run: _Run) -> None:
         self.run = run
+        self.starting: threading.Thread | None = None
+        self.ready = threading.Event()  # the start's outcome is known
+        self.stopped = threading.Event()  # the cluster is stopped: the start thread may end
+        self.failure = ""
 
     @pytest.hookimpl(tryfirst=True)  # before xdist's own sessionstart spawns the workers
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         run, config = self.run, session.config
-        order = f"files are distributed with --dist {config.getoption('dist')}"
-        if run.durations is not None:
-            order += ", longest first by their recorded durations" if run.durations else ", largest first (no history)"
         ray, why_not = real_ray.load()
         if ray is None:  # everything but the shared cluster works without Ray
-            print(f"testharness: {run.workers} xdist workers without a shared Ray cluster ({why_not}); {order}")
+            print(
+                f"testharness: {run.workers} xdist workers without a shared Ray cluster ({why_not}); {self._order(config)}"
+            )
             return
+        run.cluster = True
+        if os.environ.get("RAY_ADDRESS") or ray.is_initialized():
+            self._connect(ray, config)
+            self._announce(config)
+        else:
+            self.starting = threading.Thread(target=self._start, args=(ray, config), name="testharness-ray-start")
+            self.starting.start()
+
+    @pytest.hookimpl(tryfirst=True)  # before xdist's loop hands out the first test
+    def pytest_runtestloop(self, session: pytest.Session) -> None:
+        if self.starting is not None:
+            self.ready.wait()
+            self._announce(session.config)
+
+    def _start(self, ray: Any, config: pytest.Config) -> None:
+        quiet = _NotMainThread()
+        logging.getLogger("ray._private.worker").addFilter(quiet)
+        try:
+            self._connect(ray, config)
+        finally:
+            logging.getLogger("ray._private.worker").removeFilter(quiet)
+        self.stopped.wait()
+
+    def _connect(self, ray: Any, config: pytest.Config) -> None:
+        """Start (or join) the cluster and connect this process; the outcome goes to
+        CLUSTER_FILE, where the workers wait for it (a failure too: they stop waiting)."""
+        run = self.run
+        before = dict(os.environ)
         try:
             was_connected = ray.is_initialized()
             address = (
@@ -235,20 +293,39 @@ class _Controller:
             if not ray.is_initialized():
                 ray.init(address=address, log_to_driver=False)
             run.started_here = not was_connected and not os.environ.get("RAY_ADDRESS")
-            run.address = address
             run.gpus = real_ray.cluster_gpus(ray)
-        except Exception as exc:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            pytest.exit(f"testharness: could not start the Ray cluster for -n: {first}", returncode=3)
-        os.environ["RAY_ADDRESS"] = address  # the workers (spawned next) inherit it
-        reassert_signal_handlers()  # ray.init replaced SIGTERM's handler
-        where = "started" if run.started_here else "joined"
-        print(f"testharness: {run.workers} xdist workers share the Ray cluster {where} at {address} "
-              f"({run.gpus} GPU(s)); {order}")  # fmt: skip
+            # What Ray's start set in this process's environment (RAY_AUTH_MODE=token: a new
+            # cluster asks its drivers for its token): workers spawned after the start
+            # inherited it, these may have been spawned before.
+            env = {k: v for k, v in os.environ.items() if k.startswith("RAY_") and before.get(k) != v}
+            outcome: dict[str, Any] = {"address": address, "gpus": run.gpus, "env": env}
+            run.address = address
+        except BaseException as exc:  # noqa: BLE001  a thread: the failure is reported by _announce
+            self.failure = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            outcome = {"error": self.failure}
+        write_json_atomic(run.shared_dir / CLUSTER_FILE, outcome)
+        self.ready.set()
+
+    def _announce(self, config: pytest.Config) -> None:
+        if self.failure:
+            pytest.exit(f"testharness: could not start the Ray cluster for -n: {self.failure}", returncode=3)
+        os.environ["RAY_ADDRESS"] = self.run.address  # what this process starts later joins it too
+        reassert_signal_handlers()  # ray.init replaced SIGTERM's handler (in the main thread)
+        where = "started" if self.run.started_here else "joined"
+        print(f"testharness: {self.run.workers} xdist workers share the Ray cluster {where} at {self.run.address} "
+              f"({self.run.gpus} GPU(s)); {self._order(config)}")  # fmt: skip
+
+    def _order(self, config: pytest.Config) -> str:
+        order = f"files are distributed with --dist {config.getoption('dist')}"
+        if self.run.durations is not None:
+            order += (
+                ", longest first by their recorded durations" if self.run.durations else ", largest first (no history)"
+            )
+        return order
 
     def pytest_configure_node(self, node: Any) -> None:  # xdist: what each worker receives
         node.workerinput[WORKERINPUT_KEY] = {
-            "dir": str(self.run.shared_dir), "gpus": self.run.gpus, "durations": self.run.durations}  # fmt: skip
+            "dir": str(self.run.shared_dir), "cluster": self.run.cluster, "durations": self.run.durations}  # fmt: skip
 
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
         if config.getoption("dist") != "loadfile":
@@ -260,23 +337,100 @@ class _Controller:
         done_marker(self.run.shared_dir, crashitem).touch()
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self.starting is not None:  # a run interrupted while the cluster started: stop it all the same
+            self.ready.wait()
         shutil.rmtree(self.run.shared_dir, ignore_errors=True)
         ray = real_ray.imported()
         if self.run.started_here and ray is not None:
             ray.shutdown()  # stops the cluster this process started
             os.environ.pop("RAY_ADDRESS", None)
+        self.stopped.set()
+        if self.starting is not None:
+            self.starting.join()
 
 
 # --- the workers ---------------------------------------------------------------------------
 
 
+WORKER_PLUGIN = "testharness-parallel-worker"
+
+
+# tryfirst: the outermost wrapper, so every other plugin's end of the session has run.
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> Generator[None, Any, Any]:
+    code = yield
+    if is_xdist_worker(config) and WORKERINPUT_KEY in config.workerinput:  # type: ignore[attr-defined]
+        _end_worker(code)
+    return code
+
+
+def _end_worker(code: object) -> None:
+    """End an xdist worker whose session is over without the interpreter's finalization: with
+    torch and transformers imported it takes a second or more, and the controller waits for
+    the process to end before it reports. Everything the worker had to say went out with
+    xdist's "workerfinished" (results, coverage data); the exit handlers (Ray's disconnect,
+    pytest's temporary folders) still run."""
+    atexit._run_exitfuncs()  # CPython's: the handlers, once, as at a normal exit
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code if isinstance(code, int) else 0)
+
+
+def _inherit(env: dict[str, str]) -> None:
+    """Take the variables Ray's start set in the controller, as if this worker had been
+    spawned after it. Ray reads them once, when it is imported (collection imported it here):
+    a changed RAY_AUTH_MODE is read again (Ray's own `Config.initialize("")`, what it does
+    after setting it in the process that starts a cluster)."""
+    changed = {k: v for k, v in env.items() if k not in os.environ}
+    os.environ.update(changed)
+    settings = getattr(sys.modules.get("ray._raylet"), "Config", None)  # private; None: Ray not imported
+    if "RAY_AUTH_MODE" in changed and settings is not None:
+        settings.initialize("")
+
+
+def shared_ray_address(config: pytest.Config) -> str | None:
+    """In an xdist worker of a `-n` run whose workers share a Ray cluster: its address, once
+    the controller has it (this waits; RAY_ADDRESS is exported). None elsewhere, or when the
+    start failed (the controller ends the run). The harness calls it before the worker's first
+    test; a conftest that joins earlier (in pytest_sessionstart) calls it first."""
+    worker = config.pluginmanager.get_plugin(WORKER_PLUGIN)
+    return worker.await_cluster() if isinstance(worker, _Worker) else None
+
+
 @dataclass
 class _Worker:
     shared_dir: Path
-    gpus: int
+    cluster: bool  # the controller starts or joins a cluster: wait for its address
     lease_timeout_s: float
     durations: dict[str, float] | None
     run_first: list[str] = field(default_factory=list)
+    gpus: int = 0
+    address: str | None = None
+
+    def await_cluster(self, poll_s: float = 0.02) -> str | None:
+        """The shared cluster's address, from CLUSTER_FILE (waited for: the controller starts
+        the cluster while the workers start); exported as RAY_ADDRESS for every ray.init here."""
+        if not self.cluster or self.address is not None:
+            return self.address
+        path, controller = self.shared_dir / CLUSTER_FILE, os.getppid()
+        while not path.exists():  # no deadline: the controller's own start-up has one
+            if os.getppid() != controller:
+                return None  # the controller is gone: so is the run
+            time.sleep(poll_s)
+        outcome = json.loads(path.read_text())
+        self.cluster = False  # read once
+        if "address" in outcome:
+            self.address, self.gpus = str(outcome["address"]), int(outcome["gpus"])
+            _inherit(outcome["env"])
+            os.environ["RAY_ADDRESS"] = self.address
+        return self.address
+
+    @pytest.hookimpl(tryfirst=True)  # before xdist's worker loop runs the first test
+    def pytest_runtestloop(self, session: pytest.Session) -> None:
+        self.await_cluster()
 
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         # Before selection's run_first order (trylast), which stays first.

@@ -13,6 +13,7 @@ test_parallel_testmon.py, test_parallel_composes.py.
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 
 from xdist_project import (
@@ -65,3 +66,75 @@ def test_a_cluster_in_ray_address_is_joined_and_left_running(tmp_path: Path, sha
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "share the Ray cluster joined at" in proc.stdout and not (root / "STARTED_BY_HOOK").exists()
     assert {m["gcs"] for m in results_of(root)["metrics"].values()} == {shared_head.address}
+
+
+# --- the cluster starts while the workers start ----------------------------------------------
+
+# The project's start-up waits until a worker has collected: it returns only if the workers
+# start while the cluster does. The test module imports Ray and defines a remote class when it
+# is collected, as the library's modules do: Ray has read its settings by the time the worker
+# learns the address (a cluster that asks for its token must still be joined).
+STARTS_BESIDE_THE_WORKERS = {
+    "conftest.py": textwrap.dedent("""
+        import time
+        from pathlib import Path
+
+        pytest_plugins = ["testharness.plugin"]
+
+
+        def pytest_testharness_start_ray(config, workers):
+            import ray
+
+            deadline = time.monotonic() + 120
+            while not list(Path(".").glob("COLLECTED_*")) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            Path("SAW_A_WORKER_COLLECT").write_text(str(bool(list(Path(".").glob("COLLECTED_*")))))
+            ray.init(address="local", num_cpus=4, include_dashboard=False)
+            return ray.get_runtime_context().gcs_address
+    """),
+    "tests/test_joins.py": textwrap.dedent("""
+        import os
+        from pathlib import Path
+
+        import ray
+
+        Path(f"COLLECTED_{os.getpid()}").touch()
+
+
+        @ray.remote
+        class Echo:
+            def gcs(self):
+                return ray.get_runtime_context().gcs_address
+
+
+        def test_joins(cluster, tracker):
+            tracker.track("gcs", cluster.get(Echo.remote().gcs.remote()))
+    """),
+    "tests/test_also.py": "def test_also(cluster, tracker):\n    tracker.track('gcs', cluster.get_runtime_context().gcs_address)\n",
+}
+
+
+def test_the_cluster_starts_while_the_workers_collect_and_every_worker_joins_it(tmp_path: Path) -> None:
+    root = make_project(tmp_path, STARTS_BESIDE_THE_WORKERS)
+    env = env_for(root)
+    proc = run_pytest(root, "-n", "2", env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (root / "SAW_A_WORKER_COLLECT").read_text() == "True"
+    assert "2 xdist workers share the Ray cluster started at" in proc.stdout
+    assert "not the main thread" not in proc.stdout  # Ray's warning about the start's thread
+    gcs = {m["gcs"] for m in results_of(root)["metrics"].values()}
+    assert len(gcs) == 1 and "" not in gcs, gcs  # one cluster, joined by both workers and the actor
+    assert not ray_processes(env["RAY_TMPDIR"])  # stopped with the run (the start's thread outlived it)
+
+
+def test_a_cluster_that_fails_to_start_ends_the_run_with_exit_3(tmp_path: Path) -> None:
+    files = {**ACTOR_FILES, "conftest.py": (
+        "pytest_plugins = ['testharness.plugin']\n\n"
+        "def pytest_testharness_start_ray(config, workers):\n"
+        "    raise RuntimeError('no cluster today')\n"
+    )}  # fmt: skip
+    root = make_project(tmp_path, files)
+    proc = run_pytest(root, "-n", "2", env=env_for(root), timeout=120)
+    assert proc.returncode == 3, proc.stdout
+    assert "testharness: could not start the Ray cluster for -n: no cluster today" in proc.stdout
+    assert " passed" not in proc.stdout and " failed" not in proc.stdout
