@@ -23,6 +23,8 @@ except ImportError:  # run without the package installed: use the checkout
 from testharness.atomic_io import write_text_atomic  # noqa: E402
 
 DOCS = ROOT / "docs" / "benchmarks.md"
+PHASE_PROBE = ROOT / "bench" / "phase_probe"  # a sitecustomize that times every process of a run
+TEST_PHASE = "test (setup to teardown)"  # its record of one test's protocol: the run's timeline
 
 
 def checkout_env(**extra: str) -> dict[str, str]:

@@ -22,6 +22,7 @@ files longest first by the durations recorded before (the seed has no history).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -34,7 +35,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _bench_common import ROOT, machine, md_table, print_table, today, update_section  # noqa: E402
+from _bench_common import (  # noqa: E402
+    PHASE_PROBE,
+    ROOT,
+    TEST_PHASE,
+    machine,
+    md_table,
+    print_table,
+    today,
+    update_section,
+)
 
 SECTION = "edit-to-result"
 TARGET_NOEDIT_S = 5.0
@@ -97,6 +107,21 @@ class Run:
     ran: list[str] = field(default_factory=list)
     ray_starts: int = 0
     summary: str = ""
+    first_test_s: float | None = None  # --phases: from the start to the first test's setup
+    after_tests_s: float | None = None  # --phases: from the last test's teardown to the end
+
+
+def test_span(probe_log: Path, started: float) -> tuple[float, float] | None:
+    """(first test's start, last test's end) in seconds after `started`, from phase_probe's
+    per-test records of every process of the run; None without any."""
+    spans = []
+    for line in probe_log.read_text().splitlines() if probe_log.exists() else []:
+        rec = json.loads(line)
+        if rec.get("phase") == TEST_PHASE:
+            spans.append((rec["start"], rec["end"]))
+    if not spans:
+        return None
+    return min(s for s, _ in spans) - started, max(e for _, e in spans) - started
 
 
 def copy_repo(dest: Path) -> Path:
@@ -105,9 +130,12 @@ def copy_repo(dest: Path) -> Path:
     return repo
 
 
-def run_pytest(repo: Path, label: str, args: list[str], timeout: int, logs: Path | None = None) -> Run:
+def run_pytest(
+    repo: Path, label: str, args: list[str], timeout: int, logs: Path | None = None, phases: bool = False
+) -> Run:
     ray_tmp = Path(tempfile.mkdtemp(prefix="ray_e2r_", dir="/tmp"))
     junit = Path(tempfile.mkdtemp(prefix="e2r_junit_")) / "junit.xml"
+    probe_log = junit.parent / "phases.jsonl"
     # Results and their history where a checkout keeps them (the copy's tests/unit): every run
     # after the seed plans `-n`'s file order with the durations recorded before it, as a
     # developer's runs do.
@@ -115,11 +143,17 @@ def run_pytest(repo: Path, label: str, args: list[str], timeout: int, logs: Path
     env["RAY_TMPDIR"] = str(ray_tmp)
     # The copy's packages first; the rest of PYTHONPATH stays (a machine without uv has its
     # test tools there).
-    env["PYTHONPATH"] = os.pathsep.join([str(repo), str(repo / "tools" / "py"), *filter(None, [env.get("PYTHONPATH")])])
+    probe = [str(PHASE_PROBE)] if phases else []  # every process of the run times its tests (phase_probe)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [*probe, str(repo), str(repo / "tools" / "py"), *filter(None, [env.get("PYTHONPATH")])]
+    )
+    if phases:
+        env["PHASE_LOG"] = str(probe_log)
     env.pop("RAY_ADDRESS", None)
     # Keep the cache provider: testmon 2.2 reads its --lf option (KeyError 'lf' without it).
     cmd = [sys.executable, "-m", "pytest", "-q", f"--junitxml={junit}", *args]
     print(f"edit_to_result: [{label}] pytest {' '.join(args)}", flush=True)
+    started = time.time()
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=timeout)
@@ -139,6 +173,9 @@ def run_pytest(repo: Path, label: str, args: list[str], timeout: int, logs: Path
         name = re.sub(r"[^A-Za-z0-9]+", "_", label).strip("_")[:60]
         (logs / f"{len(list(logs.iterdir())):02d}_{name}.log").write_text(out)
     run = Run(label=label, wall_s=wall, exit_code=code)
+    span = test_span(probe_log, started) if phases else None
+    if span is not None:
+        run.first_test_s, run.after_tests_s = span[0], wall - span[1]
     lines = [ln for ln in out.splitlines() if ln.strip()]
     run.summary = lines[-1].strip("= ") if lines else ""
     try:
@@ -166,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the copy (its path is printed)")
     ap.add_argument("--no-docs", action="store_true", help="print only; do not touch docs/benchmarks.md")
     ap.add_argument("--logs", type=Path, help="write each run's pytest output (with --durations=15) to this folder")
+    ap.add_argument("--phases", action="store_true", help="time each run's start (to its first test) and end "
+                    "(after its last test) with bench/phase_probe in every process")  # fmt: skip
     args = ap.parse_args(argv)
     edit_file, _, edit_function = args.edit.partition("::")
     target = ROOT / edit_file
@@ -184,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         tm = ["--testmon", *xdist, *(["--durations=15"] if args.logs else []), *args.paths]
 
         def run(label: str, pytest_args: list[str]) -> Run:
-            return run_pytest(repo, label, pytest_args, args.timeout, args.logs)
+            return run_pytest(repo, label, pytest_args, args.timeout, args.logs, args.phases)
 
         runs.append(run("seed (--testmon, first run)", tm))
         runs.append(run("no edit (--testmon)", tm))
@@ -205,6 +244,10 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(tmp, ignore_errors=True)
     header = ["run", "wall", "tests run", "Ray starts", "pytest summary"]
     rows = [[r.label, f"{r.wall_s:.1f} s", len(r.ran), r.ray_starts, f"{r.summary} (exit {r.exit_code})"] for r in runs]
+    if args.phases:  # where the wall went outside the tests
+        header[2:2] = ["to the first test", "after the last test"]
+        for row, r in zip(rows, runs, strict=True):
+            row[2:2] = [f"{v:.1f} s" if v is not None else "-" for v in (r.first_test_s, r.after_tests_s)]
     print_table("Edit to result", header, rows)
     noedit, edit = runs[1], runs[2]
     ok = noedit.wall_s <= TARGET_NOEDIT_S and noedit.ray_starts == 0

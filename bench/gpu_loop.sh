@@ -34,7 +34,7 @@ for step in "${STEPS[@]}"; do
               tools/py/tests/test_parallel_gpus.py tests/unit/utils/test_gpu_memory.py ;;
     suite) PYTHONPATH="$PWD:$PYTHONPATH" PYTHON=python3 bash tests/run_unit.sh -n auto --durations=15 \
              && cp tests/unit/unit_results.json "$OUT/suite_results.json" ;;
-    edit) python3 bench/edit_to_result.py -n auto --edit "$EDIT" --no-baseline --no-docs --logs "$OUT/edit_runs" ;;
+    edit) python3 bench/edit_to_result.py -n auto --edit "$EDIT" --no-baseline --no-docs --phases --logs "$OUT/edit_runs" ;;
     long) python3 bench/long_test_phases.py --repeat 1 ;;
     warm) python3 bench/warm_worker_probe.py --actors 4 ;;
     *) echo "unknown step $step" >&2; exit 2 ;;

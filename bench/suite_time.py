@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _bench_common import ROOT, machine, md_table, print_table, today, update_section  # noqa: E402
+from _bench_common import PHASE_PROBE, ROOT, TEST_PHASE, machine, md_table, print_table, today, update_section  # noqa: E402
 
 SECTION = "suite-time"
 TARGET_CPU_S = 8 * 60
@@ -51,10 +51,8 @@ TARGET_GPU_PARALLEL_S = 180
 DURATION_RE = re.compile(r"^\s*([0-9.]+)s\s+(setup|call|teardown)\s+(\S.*)$")
 FINAL_RE = re.compile(r"^=+ (.*) in ([0-9.]+)s(?: \([0-9:]+\))? =+$")
 RAY_LINE = "Started a local Ray instance"
-PROBE = Path(__file__).resolve().parent / "phase_probe"
 TOOLS_TESTS = "tools/py/tests/"  # the harness's own (pytester) suite, when a run includes it
 SUITE_TESTS = "tests/unit/"  # the run's own tests (nested runs' tests have other node ids)
-TEST_PHASE = "test (setup to teardown)"  # phase_probe's per-test record: the timeline
 TIMELINE_HEADER = ["test", "process", "start", "end", "took"]
 
 
@@ -205,7 +203,7 @@ def run_suite(
     if history is not None:  # durations recorded by earlier runs order the files under -n
         history.mkdir(parents=True, exist_ok=True)
         env["TESTHARNESS_HISTORY_DIR"] = str(history)
-    path = [str(PROBE)] if phases else []
+    path = [str(PHASE_PROBE)] if phases else []
     if phases:
         env["PHASE_LOG"] = str(probe_log)
     if use_uv:
