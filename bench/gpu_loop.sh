@@ -1,24 +1,25 @@
 #!/usr/bin/env bash
 # The developer loop on a GPU machine without uv (issue 36), in one device call:
 #
-#   bash bench/gpu_loop.sh WHEEL_DIR [STEP ...]    STEP: shared (default), suite, edit, long, warm
+#   bash bench/gpu_loop.sh WHEEL_DIR [STEP ...]    STEP: shared (default), suite, edit, edit_warm, long, warm
 #
 #   shared  the harness's GPU tests of shared GPUs: two tests' trackers on one GPU, CUDA leases
 #   suite   the README's library suite with -n auto (bash tests/run_unit.sh -n auto; the checkout
 #           on PYTHONPATH, as uv's editable install puts it: the example tests run the scripts
 #           as a user does); its record is copied to $OUT/suite_results.json
 #   edit    bench/edit_to_result.py -n auto with a one-line edit inside the policy actor
+#   edit_warm  the same with warm Ray workers (NRL_WARM_WORKERS=2, docs/unit-tests.md): run after
+#           edit in one call, the two arms side by side on one machine
 #   long    bench/long_test_phases.py: the two long tests alone, phase by phase
 #   warm    bench/warm_worker_probe.py: an actor's start in a new process and in a warm one
 #
 # Issue 36's four figures in one call: bash bench/gpu_loop.sh .whl suite edit long shared warm
-# With warm Ray workers (opt-in, docs/unit-tests.md), to compare with a run without:
-#   NRL_WARM_WORKERS=2 bash bench/gpu_loop.sh .whl suite edit
+# Warm Ray workers (opt-in) against none, side by side: bash bench/gpu_loop.sh .whl edit edit_warm
 #
 # Installs the carried wheels first (bench/gpu_install.sh); logs and tables go to $OUT.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-WHEELS="${1:?usage: bash bench/gpu_loop.sh WHEEL_DIR [shared|suite|edit|long|warm ...]}"; shift
+WHEELS="${1:?usage: bash bench/gpu_loop.sh WHEEL_DIR [shared|suite|edit|edit_warm|long|warm ...]}"; shift
 STEPS=("${@:-shared}")
 OUT="${OUT:-/tmp/gpu_out}"; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -35,6 +36,8 @@ for step in "${STEPS[@]}"; do
     suite) PYTHONPATH="$PWD:$PYTHONPATH" PYTHON=python3 bash tests/run_unit.sh -n auto --durations=15 \
              && cp tests/unit/unit_results.json "$OUT/suite_results.json" ;;
     edit) python3 bench/edit_to_result.py -n auto --edit "$EDIT" --no-baseline --no-docs --phases --logs "$OUT/edit_runs" ;;
+    edit_warm) NRL_WARM_WORKERS=2 python3 bench/edit_to_result.py -n auto --edit "$EDIT" --no-baseline --no-docs \
+                 --phases --logs "$OUT/edit_warm_runs" ;;
     long) python3 bench/long_test_phases.py --repeat 1 ;;
     warm) python3 bench/warm_worker_probe.py --actors 4 ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
