@@ -7,6 +7,7 @@ is replaced, so each script owns its section and never touches the others'.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import subprocess
@@ -14,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 try:
@@ -116,3 +118,18 @@ def machine() -> str:
 
 def today() -> str:
     return datetime.now().strftime("%Y-%m-%d %H:%M")
+
+
+def read_probe(path: Path) -> list[dict[str, Any]]:
+    """PHASE_PROBE's records of a run, one per line of its log ([] without a log)."""
+    out = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue  # a process killed mid-write
+    return out

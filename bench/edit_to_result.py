@@ -22,7 +22,6 @@ files longest first by the durations recorded before (the seed has no history).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -42,6 +41,7 @@ from _bench_common import (  # noqa: E402
     machine,
     md_table,
     print_table,
+    read_probe,
     today,
     update_section,
 )
@@ -114,11 +114,7 @@ class Run:
 def test_span(probe_log: Path, started: float) -> tuple[float, float] | None:
     """(first test's start, last test's end) in seconds after `started`, from phase_probe's
     per-test records of every process of the run; None without any."""
-    spans = []
-    for line in probe_log.read_text().splitlines() if probe_log.exists() else []:
-        rec = json.loads(line)
-        if rec.get("phase") == TEST_PHASE:
-            spans.append((rec["start"], rec["end"]))
+    spans = [(r["start"], r["end"]) for r in read_probe(probe_log) if r.get("phase") == TEST_PHASE]
     if not spans:
         return None
     return min(s for s, _ in spans) - started, max(e for _, e in spans) - started

@@ -42,7 +42,17 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _bench_common import PHASE_PROBE, ROOT, TEST_PHASE, machine, md_table, print_table, today, update_section  # noqa: E402
+from _bench_common import (  # noqa: E402
+    PHASE_PROBE,
+    ROOT,
+    TEST_PHASE,
+    machine,
+    md_table,
+    print_table,
+    read_probe,
+    today,
+    update_section,
+)
 
 SECTION = "suite-time"
 TARGET_CPU_S = 8 * 60
@@ -166,20 +176,6 @@ def timeline_rows(
     picked = {id(r): r for r in [*tail, *library]}
     return [[r["what"], r["pid"], f"{r['start'] - t0:.1f}", f"{r['end'] - t0:.1f}", f"{r['end'] - r['start']:.1f}"]
             for r in sorted(picked.values(), key=lambda r: float(r["start"]))]  # fmt: skip
-
-
-def read_probe(path: Path) -> list[dict[str, Any]]:
-    out = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return []
-    for line in lines:
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue  # a process killed mid-write
-    return out
 
 
 def compare(a: dict[str, str], b: dict[str, str]) -> list[str]:

@@ -6,14 +6,14 @@ xdist's alone: no cluster, no scheduling of ours), the controller (the process t
 joins the one in RAY_ADDRESS; every worker exports its address as RAY_ADDRESS before its
 first test (`shared_ray_address(config)` for a conftest that needs it sooner), so every
 worker's `ray.init()` joins it and Ray's resource accounting places every actor of every
-test (a GPU actor waits for a free GPU; two never share one). The controller stops the cluster it started when the run ends.
-How to start it is the project's choice: implement `pytest_testharness_start_ray(config,
-workers)` in a conftest (return the address) to use its own start-up (retries, sizing);
-otherwise `ray.init(address="local")`. It runs in a thread of the controller while the
-workers start: they get the address and the RAY_* variables Ray's start set, not other
-changes the hook makes to the environment. Without Ray (not installed, blocked, or a
-stand-in in sys.modules["ray"]: real_ray) the workers run with no shared cluster, as the
-controller's line says; everything else below still holds.
+test (a GPU actor waits for a free GPU; two never share one). The controller stops the
+cluster it started when the run ends. How to start it is the project's choice: implement
+`pytest_testharness_start_ray(config, workers)` in a conftest (return the address) to use
+its own start-up (retries, sizing); otherwise `ray.init(address="local")`. It runs in a
+thread of the controller while the workers start: they get the address and the RAY_*
+variables Ray's start set, not other changes the hook makes to the environment. Without
+Ray (not installed, blocked, or a stand-in in sys.modules["ray"]: real_ray) the workers run
+with no shared cluster, as the controller's line says; everything else below still holds.
 
 Placement of what Ray does not see:
 
@@ -60,7 +60,6 @@ import shutil
 import sys
 import tempfile
 import threading
-import time
 import uuid
 from collections.abc import Generator
 from dataclasses import dataclass, field
@@ -410,16 +409,17 @@ class _Worker:
     gpus: int = 0
     address: str | None = None
 
-    def await_cluster(self, poll_s: float = 0.02) -> str | None:
+    def await_cluster(self) -> str | None:
         """The shared cluster's address, from CLUSTER_FILE (waited for: the controller starts
         the cluster while the workers start); exported as RAY_ADDRESS for every ray.init here."""
         if not self.cluster or self.address is not None:
             return self.address
         path, controller = self.shared_dir / CLUSTER_FILE, os.getppid()
-        while not path.exists():  # no deadline: the controller's own start-up has one
+        # No deadline of ours: the controller's start-up has one. Each second, check that the
+        # controller is still there (if it is gone, so is the run).
+        while wait_for_markers([path], 1.0, poll_s=0.02):
             if os.getppid() != controller:
-                return None  # the controller is gone: so is the run
-            time.sleep(poll_s)
+                return None
         outcome = json.loads(path.read_text())
         self.cluster = False  # read once
         if "address" in outcome:
