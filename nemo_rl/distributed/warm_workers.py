@@ -14,7 +14,8 @@ nothing where this Ray lacks it. The imports run in Ray's `worker_process_setup_
 every worker process of the job runs; only the first N to start claim a slot (a file the
 driver made) and import: a worker started later for a small task or actor pays nothing. An
 actor given a runtime environment of its own (env_vars) never gets a warm worker:
-RayWorkerGroup gives a group of one none.
+RayWorkerGroup runs its workers in the job's environment where it can (a rank's variables
+come with its constructor).
 """
 
 from __future__ import annotations

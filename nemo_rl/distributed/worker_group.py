@@ -1,9 +1,12 @@
 """Start N `@ray.remote` workers that share a torch.distributed group, and call them together.
 
 Workers are given RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT in their environment and
-call `init_distributed()` (below) from their constructor: gloo on CPU, nccl on GPU. A group
-of one runs in the job's own environment instead (so that a warm worker can take it,
-warm_workers.py): `init_distributed()` makes it rank 0 of 1 on a free port.
+call `init_distributed()` (below) from their constructor: gloo on CPU, nccl on GPU. Where the
+job's own runtime environment has what the caller asked for, every worker runs in it (so that
+a warm worker can take it, warm_workers.py): a rank of a larger group gets its variables from
+its constructor's wrapper (`_setting_env`) before the class's own code runs, and a group of
+one needs none (`init_distributed()` makes it rank 0 of 1 on a free port). Elsewhere each
+worker gets a runtime environment with them all.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 
 import psutil
 import ray
+from ray.util import placement_group_table
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from nemo_rl.distributed.ray_cluster import WAIT_TIMEOUT_ENV, RayWaitTimeout, forwarded_env, ray_wait_timeout_s
@@ -31,6 +35,25 @@ def _job_env_has(env: dict[str, str]) -> bool:
     puts FORWARDED_ENV there)."""
     job_vars = (ray.get_runtime_context().runtime_env or {}).get("env_vars") or {}
     return all(job_vars.get(k) == v for k, v in env.items())
+
+
+RANK_ENV_KEYWORD = "_nrl_rank_env"
+
+
+def _setting_env(cls: type) -> type:
+    """`cls` whose constructor first puts its rank's variables (the keyword RANK_ENV_KEYWORD)
+    in os.environ, then runs `cls`'s own. The ranks of a group then share the job's runtime
+    environment, which a warm worker has: a runtime environment of each rank's own would start
+    every rank in a new process. The names are `cls`'s, so that Ray and logs show the class."""
+
+    class Ranked(cls):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            os.environ.update(kwargs.pop(RANK_ENV_KEYWORD))
+            super().__init__(*args, **kwargs)
+
+    Ranked.__name__, Ranked.__qualname__, Ranked.__module__ = cls.__name__, cls.__qualname__, cls.__module__
+    Ranked.__doc__ = cls.__doc__
+    return Ranked
 
 
 def resolve_class(spec: str | type) -> type:
@@ -201,27 +224,32 @@ class RayWorkerGroup:
         pg = self.cluster.placement_group
         timeout = ray_wait_timeout_s()
         world = self.cluster.num_workers
-        base_env = {**forwarded_env(), **(env_vars or {})}
+        asked_env = {**forwarded_env(), **(env_vars or {})}
+        in_job_env = _job_env_has(asked_env)  # else each worker gets a runtime environment
+        group_env = dict(WORLD_SIZE=str(world), LOCAL_RANK="0")
         if world > 1:  # the others must know rank 0's address before they start; a group of
             # one picks its own port in init_distributed (no task, so no extra worker process)
             master_addr, master_port = self._rendezvous(pg, timeout)
-            base_env.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
-        remote_cls: Any = ray.remote(cls)
+            group_env.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
+        ranked = in_job_env and world > 1
+        remote_cls: Any = ray.remote(_setting_env(cls) if ranked else cls)
         self.workers = []
         for rank in range(world):
+            rank_env = dict(group_env, RANK=str(rank))
             options: dict[str, Any] = {}
-            if world > 1 or not _job_env_has(base_env):
-                env = dict(base_env, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK="0")
-                options["runtime_env"] = {"env_vars": env}
-            # else: a group of one runs in the job's own environment, which a warm worker of
-            # the job has (warm_workers.py); init_distributed makes it rank 0 of 1
+            rank_kwargs = kwargs
+            if not in_job_env:
+                options["runtime_env"] = {"env_vars": {**asked_env, **rank_env}}
+            elif ranked:
+                rank_kwargs = {**kwargs, RANK_ENV_KEYWORD: rank_env}
+            # else: a group of one in the job's environment; init_distributed makes it rank 0 of 1
             self.workers.append(
                 remote_cls.options(
                     num_cpus=self.cluster.cpus_per_worker,
                     num_gpus=self.cluster.gpus_per_worker,
                     scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=rank),
                     **options,
-                ).remote(*args, **kwargs)
+                ).remote(*args, **rank_kwargs)
             )
         try:
             wait_until_ready(self.workers, [f"{cls.__name__} rank {r} of {world}" for r in range(world)], timeout)
@@ -233,7 +261,11 @@ class RayWorkerGroup:
 
     @staticmethod
     def _rendezvous(pg: Any, timeout: float) -> tuple[str, int]:
-        """Rank 0's address: a free port on the node of bundle 0, picked by a task there."""
+        """Rank 0's address: a free port on the node of bundle 0, picked here where that is this
+        process's node, else by a task there (a worker process of its own: it could take a
+        warm worker an actor of the group was to have)."""
+        if placement_group_table(pg).get("bundles_to_node_id", {}).get(0) == ray.get_runtime_context().get_node_id():
+            return ray.util.get_node_ip_address(), free_port(rendezvous_ports(_ephemeral_range()))
         address_ref = _rendezvous_address.options(
             scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0)
         ).remote()

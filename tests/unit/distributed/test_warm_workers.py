@@ -1,7 +1,8 @@
 """Warm Ray workers (nemo_rl.distributed.warm_workers) on a real cluster: a job that asks for
 them gets idle processes that imported torch and transformers before any actor existed, a
-worker group of one starts its actor in one of them, as rank 0 of 1, and the job's later
-worker processes import nothing."""
+worker group of one starts its actor in one of them, as rank 0 of 1, so does a rank of a larger
+group (its rank's variables come with its constructor), and the job's later worker processes
+import nothing."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 
 # A driver of its own (a new job of the session's cluster): warm workers are asked for when a
-# job connects. It waits until the raylet's prestarted process of this job has torch loaded,
-# then starts a group of one and reports where its actor ran.
+# job connects. It waits until the raylet's two prestarted processes of this job have torch
+# loaded, then starts a group of one and a group of two and reports where their actors ran.
 DRIVER = textwrap.dedent(
     """
     import json, os, sys, time
@@ -38,7 +39,7 @@ DRIVER = textwrap.dedent(
             return {"pid": os.getpid(), "imported_before": self.imported_before,
                     "rank": dist.get_rank(), "world": dist.get_world_size()}
 
-    init_ray(warm_workers=1)
+    init_ray(warm_workers=2)
     job = ray.get_runtime_context().get_job_id()
 
     def warm_pids():
@@ -54,15 +55,15 @@ DRIVER = textwrap.dedent(
         return pids
 
     deadline = time.monotonic() + 240
-    while not (warm := warm_pids()):
-        assert time.monotonic() < deadline, "no prestarted worker of this job imported torch"
+    while len(warm := warm_pids()) < 2:
+        assert time.monotonic() < deadline, f"{len(warm)} of 2 prestarted workers of this job imported torch"
         time.sleep(0.2)
     time.sleep(1)  # the rest of the hook: transformers
     runs = []
-    for _ in range(2):  # the warm worker, then a new process: the one slot is taken
-        group = RayWorkerGroup(RayVirtualCluster(1, cpus_per_worker=0.5), Facts)
+    for size in (1, 2):  # the group of one takes a warm worker; one is left for the group of two
+        group = RayWorkerGroup(RayVirtualCluster(size, cpus_per_worker=0.5), Facts)
         try:
-            runs.append(group.run_all("facts")[0])
+            runs.append(group.run_all("facts"))
         finally:
             group.shutdown()
     print("FACTS " + json.dumps({"runs": runs, "warm": warm}))
@@ -70,7 +71,7 @@ DRIVER = textwrap.dedent(
 )
 
 
-def test_a_group_of_one_starts_in_a_warm_worker_with_its_imports_done(ray_cluster) -> None:
+def test_groups_start_in_warm_workers_with_their_imports_done(ray_cluster) -> None:
     env = dict(os.environ, RAY_ADDRESS=ray_cluster.address)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     done = subprocess.run(
@@ -79,12 +80,15 @@ def test_a_group_of_one_starts_in_a_warm_worker_with_its_imports_done(ray_cluste
     lines = [line for line in done.stdout.splitlines() if line.startswith("FACTS ")]
     assert done.returncode == 0 and lines, done.stderr[-3000:]
     facts = json.loads(lines[0].removeprefix("FACTS "))
-    first, second = facts["runs"]
-    assert first["pid"] in facts["warm"], facts  # the prestarted process, not a new one
-    assert first["imported_before"], facts  # its constructor found torch and transformers imported
-    assert (first["rank"], first["world"]) == (0, 1)
+    (one,), pair = facts["runs"]
+    assert one["pid"] in facts["warm"], facts  # a prestarted process, not a new one
+    assert one["imported_before"], facts  # its constructor found torch and transformers imported
+    assert (one["rank"], one["world"]) == (0, 1)
+    assert [(r["rank"], r["world"]) for r in pair] == [(0, 2), (1, 2)], facts  # one process group
+    warm, cold = sorted(pair, key=lambda r: r["pid"] not in facts["warm"])
+    assert warm["pid"] in facts["warm"] and warm["imported_before"], facts  # the other warm process
     # A process the job started later claimed no slot: it imported nothing it was not asked to.
-    assert second["pid"] not in facts["warm"] and not second["imported_before"], facts
+    assert cold["pid"] not in facts["warm"] and not cold["imported_before"], facts
 
 
 def test_no_warm_workers_where_ray_cannot_prestart(ray_cluster, monkeypatch: pytest.MonkeyPatch) -> None:
