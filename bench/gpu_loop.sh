@@ -8,8 +8,9 @@
 #           on PYTHONPATH, as uv's editable install puts it: the example tests run the scripts
 #           as a user does); its record is copied to $OUT/suite_results.json
 #   edit    bench/edit_to_result.py -n auto with a one-line edit inside the policy actor
-#   edit_warm  the same with warm Ray workers (NRL_WARM_WORKERS=2, docs/unit-tests.md): run after
-#           edit in one call, the two arms side by side on one machine
+#   edit_warm  the same with warm Ray workers (NRL_WARM_WORKERS=$WARM_WORKERS, default 3: the fsdp
+#           test's three actors; docs/unit-tests.md): run after edit in one call, the two arms
+#           side by side on one machine
 #   long    bench/long_test_phases.py: the two long tests alone, phase by phase
 #   warm    bench/warm_worker_probe.py: an actor's start in a new process and in a warm one
 #
@@ -36,7 +37,7 @@ for step in "${STEPS[@]}"; do
     suite) PYTHONPATH="$PWD:$PYTHONPATH" PYTHON=python3 bash tests/run_unit.sh -n auto --durations=15 \
              && cp tests/unit/unit_results.json "$OUT/suite_results.json" ;;
     edit) python3 bench/edit_to_result.py -n auto --edit "$EDIT" --no-baseline --no-docs --phases --logs "$OUT/edit_runs" ;;
-    edit_warm) NRL_WARM_WORKERS=2 python3 bench/edit_to_result.py -n auto --edit "$EDIT" --no-baseline --no-docs \
+    edit_warm) NRL_WARM_WORKERS="${WARM_WORKERS:-3}" python3 bench/edit_to_result.py -n auto --edit "$EDIT" --no-baseline --no-docs \
                  --phases --logs "$OUT/edit_warm_runs" ;;
     long) python3 bench/long_test_phases.py --repeat 1 ;;
     warm) python3 bench/warm_worker_probe.py --actors 4 ;;
