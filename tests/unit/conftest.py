@@ -54,12 +54,19 @@ def pytest_testharness_start_ray(config: pytest.Config, workers: int) -> str:
     return info.address
 
 
-def warm_workers_wanted() -> int:
-    """Warm Ray workers (nemo_rl.distributed.warm_workers) each xdist worker's job asks for:
-    NRL_WARM_WORKERS, default none. Off until it pays: on the 2-core CPU box 2 per worker made
-    the actor-edit run 36 s -> 47 s (their imports take the cores the tests need); on an
-    H200 machine it is not measured yet (docs/benchmarks.md)."""
-    raw = os.environ.get("NRL_WARM_WORKERS", "").strip() or "0"
+MAX_WARM_WORKERS = 3  # the most actors one test file of the suite starts at once (test_dtensor_fsdp)
+
+
+def warm_workers_wanted(workers: int) -> int:
+    """Warm Ray workers (nemo_rl.distributed.warm_workers) each of `workers` xdist workers'
+    jobs asks for: NRL_WARM_WORKERS, or by default as many as the cores left beyond one per
+    xdist worker allow, up to MAX_WARM_WORKERS. A warm worker imports for seconds on a core of
+    its own: it pays where cores would idle while the workers collect (an H200 machine's 16
+    cores and the actor edit's 4-5 workers: 42.7 s -> 36.9 s, docs/benchmarks.md), not where
+    the workers take them all (the 2-core CPU box: 36 s -> 47 s; so none there)."""
+    raw = os.environ.get("NRL_WARM_WORKERS", "").strip()
+    if not raw:
+        return max(0, min(MAX_WARM_WORKERS, (os.cpu_count() or 1) // max(workers, 1) - 1))
     if not raw.isdigit():
         raise pytest.UsageError(f"NRL_WARM_WORKERS={raw!r}: expected a whole number of workers")
     return int(raw)
@@ -75,8 +82,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     worker is only a second process importing the same). Otherwise the harness joins it before
     the first test (the controller starts it while the workers start)."""
     global _joined_early
-    count = warm_workers_wanted()
-    if not count or not hasattr(session.config, "workerinput"):
+    workerinput = getattr(session.config, "workerinput", None)
+    if workerinput is None or not (count := warm_workers_wanted(int(workerinput.get("workercount", 1)))):
         return
     from testharness.parallel import shared_ray_address
 
