@@ -1,26 +1,27 @@
 #!/usr/bin/env bash
 # The developer loop on a GPU machine without uv (issue 36), in one device call:
 #
-#   bash bench/gpu_loop.sh WHEEL_DIR [STEP ...]    STEP: shared (default), suite, edit, edit_warm, long, warm
+#   bash bench/gpu_loop.sh WHEEL_DIR [STEP ...]    STEP: shared (default), suite, edit, edit_cold, edit_warm, long, warm
 #
 #   shared  the harness's GPU tests of shared GPUs: two tests' trackers on one GPU, CUDA leases
 #   suite   the README's library suite with -n auto (bash tests/run_unit.sh -n auto; the checkout
 #           on PYTHONPATH, as uv's editable install puts it: the example tests run the scripts
 #           as a user does); its record is copied to $OUT/suite_results.json
-#   edit    bench/edit_to_result.py -n auto with a one-line edit inside the policy actor
-#   edit_warm  the same with warm Ray workers (NRL_WARM_WORKERS=$WARM_WORKERS, default 3: the fsdp
-#           test's three actors; docs/unit-tests.md): run after edit in one call, the two arms
-#           side by side on one machine
+#   edit    bench/edit_to_result.py -n auto with a one-line edit inside the policy actor (warm Ray
+#           workers as the suite's default gives them: docs/unit-tests.md)
+#   edit_cold  the same without warm Ray workers (NRL_WARM_WORKERS=0)
+#   edit_warm  the same with NRL_WARM_WORKERS=$WARM_WORKERS (default 3: the fsdp test's three
+#           actors); edit and one of these in one call: the arms side by side on one machine
 #   long    bench/long_test_phases.py: the two long tests alone, phase by phase
 #   warm    bench/warm_worker_probe.py: an actor's start in a new process and in a warm one
 #
 # Issue 36's four figures in one call: bash bench/gpu_loop.sh .whl suite edit long shared warm
-# Warm Ray workers (opt-in) against none, side by side: bash bench/gpu_loop.sh .whl edit edit_warm
+# Warm Ray workers (the default) against none, side by side: bash bench/gpu_loop.sh .whl edit edit_cold
 #
 # Installs the carried wheels first (bench/gpu_install.sh); logs and tables go to $OUT.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-WHEELS="${1:?usage: bash bench/gpu_loop.sh WHEEL_DIR [shared|suite|edit|edit_warm|long|warm ...]}"; shift
+WHEELS="${1:?usage: bash bench/gpu_loop.sh WHEEL_DIR [shared|suite|edit|edit_cold|edit_warm|long|warm ...]}"; shift
 STEPS=("${@:-shared}")
 OUT="${OUT:-/tmp/gpu_out}"; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -37,6 +38,8 @@ for step in "${STEPS[@]}"; do
     suite) PYTHONPATH="$PWD:$PYTHONPATH" PYTHON=python3 bash tests/run_unit.sh -n auto --durations=15 \
              && cp tests/unit/unit_results.json "$OUT/suite_results.json" ;;
     edit) python3 bench/edit_to_result.py -n auto --edit "$EDIT" --no-baseline --no-docs --phases --logs "$OUT/edit_runs" ;;
+    edit_cold) NRL_WARM_WORKERS=0 python3 bench/edit_to_result.py -n auto --edit "$EDIT" --no-baseline --no-docs \
+                 --phases --logs "$OUT/edit_cold_runs" ;;
     edit_warm) NRL_WARM_WORKERS="${WARM_WORKERS:-3}" python3 bench/edit_to_result.py -n auto --edit "$EDIT" --no-baseline --no-docs \
                  --phases --logs "$OUT/edit_warm_runs" ;;
     long) python3 bench/long_test_phases.py --repeat 1 ;;
