@@ -63,9 +63,16 @@ def warm_workers_wanted(workers: int) -> int:
     xdist worker allow, up to MAX_WARM_WORKERS. A warm worker imports for seconds on a core of
     its own: it pays where cores would idle while the workers collect (an H200 machine's 16
     cores and the actor edit's 4-5 workers: 42.7 s -> 36.9 s, docs/benchmarks.md), not where
-    the workers take them all (the 2-core CPU box: 36 s -> 47 s; so none there)."""
+    the workers take them all (the 2-core CPU box with 2 workers: 36 s -> 47 s; so none there).
+    None by default on a machine with several GPUs: there an actor sees only its GPU if the
+    imports left CUDA uninitialised (test_preload_leaves_cuda_uninitialised), which has not
+    run on a GPU yet; with one GPU or none every process sees the same."""
     raw = os.environ.get("NRL_WARM_WORKERS", "").strip()
     if not raw:
+        from nemo_rl.distributed.ray_cluster import count_local_gpus
+
+        if count_local_gpus() > 1:
+            return 0
         return max(0, min(MAX_WARM_WORKERS, (os.cpu_count() or 1) // max(workers, 1) - 1))
     if not raw.isdigit():
         raise pytest.UsageError(f"NRL_WARM_WORKERS={raw!r}: expected a whole number of workers")

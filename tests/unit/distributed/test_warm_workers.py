@@ -115,3 +115,26 @@ def test_preload_leaves_cuda_uninitialised() -> None:
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split()[-1] == "0"
+
+
+def test_the_suite_asks_for_warm_workers_only_where_cores_are_left(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default: the cores beyond one per xdist worker, at most 3 each; none on a machine
+    with several GPUs (the preload's CUDA check has not run on one); NRL_WARM_WORKERS decides
+    when set."""
+    from nemo_rl.distributed import ray_cluster
+    from tests.unit import conftest
+
+    monkeypatch.delenv("NRL_WARM_WORKERS", raising=False)
+    monkeypatch.setattr(ray_cluster, "count_local_gpus", lambda: 1)
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)  # the H200 machine
+    assert [conftest.warm_workers_wanted(w) for w in (1, 4, 5, 8, 16)] == [3, 3, 2, 1, 0]
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)  # the CPU box
+    assert [conftest.warm_workers_wanted(w) for w in (1, 2)] == [1, 0]
+    monkeypatch.setattr(ray_cluster, "count_local_gpus", lambda: 8)
+    monkeypatch.setattr(os, "cpu_count", lambda: 128)
+    assert conftest.warm_workers_wanted(4) == 0
+    monkeypatch.setenv("NRL_WARM_WORKERS", "2")
+    assert conftest.warm_workers_wanted(4) == 2
+    monkeypatch.setenv("NRL_WARM_WORKERS", "two")
+    with pytest.raises(pytest.UsageError, match="whole number"):
+        conftest.warm_workers_wanted(4)
