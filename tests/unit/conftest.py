@@ -69,11 +69,12 @@ def warm_workers_wanted(workers: int) -> int:
     run on a GPU yet; with one GPU or none every process sees the same."""
     raw = os.environ.get("NRL_WARM_WORKERS", "").strip()
     if not raw:
+        by_cores = max(0, min(MAX_WARM_WORKERS, (os.cpu_count() or 1) // max(workers, 1) - 1))
+        if not by_cores:  # the 2-core box's and a full run's case: no NVML query at start-up
+            return 0
         from nemo_rl.distributed.ray_cluster import count_local_gpus
 
-        if count_local_gpus() > 1:
-            return 0
-        return max(0, min(MAX_WARM_WORKERS, (os.cpu_count() or 1) // max(workers, 1) - 1))
+        return 0 if count_local_gpus() > 1 else by_cores
     if not raw.isdigit():
         raise pytest.UsageError(f"NRL_WARM_WORKERS={raw!r}: expected a whole number of workers")
     return int(raw)
