@@ -98,7 +98,13 @@ def _classes() -> tuple[type, type]:
             if node not in self.registered_collections:
                 return  # a replacement worker still collecting: schedule() serves it once it has
             self._to_front(node)
-            super()._assign_work_unit(node)  # hands out the front file
+            try:
+                super()._assign_work_unit(node)  # hands out the front file
+            except OSError:
+                # The worker died with a report still on its way (a test that crashed it just
+                # after another ended): its crash comes next, and remove_node puts this file,
+                # assigned to it already, back in the queue.
+                pass
 
         def _to_front(self, node: Any) -> None:
             """Move the file `node` gets next to the front of the queue (xdist's order: as is)."""
