@@ -26,6 +26,7 @@ from testharness.atomic_io import write_text_atomic  # noqa: E402
 
 DOCS = ROOT / "docs" / "benchmarks.md"
 PHASE_PROBE = ROOT / "bench" / "phase_probe"  # a sitecustomize that times every process of a run
+LONG_TEST_PROBE = ROOT / "bench" / "long_test_probe"  # the same, call by call (imports, Ray, actors)
 TEST_PHASE = "test (setup to teardown)"  # its record of one test's protocol: the run's timeline
 
 

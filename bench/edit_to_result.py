@@ -35,6 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bench_common import (  # noqa: E402
+    LONG_TEST_PROBE,
     PHASE_PROBE,
     ROOT,
     TEST_PHASE,
@@ -127,7 +128,13 @@ def copy_repo(dest: Path) -> Path:
 
 
 def run_pytest(
-    repo: Path, label: str, args: list[str], timeout: int, logs: Path | None = None, phases: bool = False
+    repo: Path,
+    label: str,
+    args: list[str],
+    timeout: int,
+    logs: Path | None = None,
+    phases: bool = False,
+    trace: bool = False,
 ) -> Run:
     ray_tmp = Path(tempfile.mkdtemp(prefix="ray_e2r_", dir="/tmp"))
     junit = Path(tempfile.mkdtemp(prefix="e2r_junit_")) / "junit.xml"
@@ -140,6 +147,11 @@ def run_pytest(
     # The copy's packages first; the rest of PYTHONPATH stays (a machine without uv has its
     # test tools there).
     probe = [str(PHASE_PROBE)] if phases else []  # every process of the run times its tests (phase_probe)
+    name = re.sub(r"[^A-Za-z0-9]+", "_", label).strip("_")[:60]
+    if trace and logs is not None:  # every process's timeline, kept beside the run's log
+        logs.mkdir(parents=True, exist_ok=True)
+        probe.insert(0, str(LONG_TEST_PROBE))
+        env["LONG_TEST_LOG"] = str(logs / f"{len(list(logs.glob('*.log'))):02d}_{name}.trace.jsonl")
     env["PYTHONPATH"] = os.pathsep.join(
         [*probe, str(repo), str(repo / "tools" / "py"), *filter(None, [env.get("PYTHONPATH")])]
     )
@@ -166,8 +178,7 @@ def run_pytest(
             print(f"edit_to_result: [{label}] {line}", flush=True)
     if logs is not None:
         logs.mkdir(parents=True, exist_ok=True)
-        name = re.sub(r"[^A-Za-z0-9]+", "_", label).strip("_")[:60]
-        (logs / f"{len(list(logs.iterdir())):02d}_{name}.log").write_text(out)
+        (logs / f"{len(list(logs.glob('*.log'))):02d}_{name}.log").write_text(out)
     run = Run(label=label, wall_s=wall, exit_code=code)
     span = test_span(probe_log, started) if phases else None
     if span is not None:
@@ -201,7 +212,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--logs", type=Path, help="write each run's pytest output (with --durations=15) to this folder")
     ap.add_argument("--phases", action="store_true", help="time each run's start (to its first test) and end "
                     "(after its last test) with bench/phase_probe in every process")  # fmt: skip
+    ap.add_argument("--trace", action="store_true", help="with --logs: keep every process's timeline "
+                    "(bench/long_test_probe: imports, Ray, actors, pytest phases) as NN_RUN.trace.jsonl")  # fmt: skip
     args = ap.parse_args(argv)
+    if args.trace and args.logs is None:
+        ap.error("--trace needs --logs DIR (the timelines are kept there)")
     edit_file, _, edit_function = args.edit.partition("::")
     target = ROOT / edit_file
     if not target.is_file():
@@ -219,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         tm = ["--testmon", *xdist, *(["--durations=15"] if args.logs else []), *args.paths]
 
         def run(label: str, pytest_args: list[str]) -> Run:
-            return run_pytest(repo, label, pytest_args, args.timeout, args.logs, args.phases)
+            return run_pytest(repo, label, pytest_args, args.timeout, args.logs, args.phases, args.trace)
 
         runs.append(run("seed (--testmon, first run)", tm))
         runs.append(run("no edit (--testmon)", tm))

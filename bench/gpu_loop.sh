@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The developer loop on a GPU machine without uv (issue 36), in one device call:
 #
-#   bash bench/gpu_loop.sh WHEEL_DIR [STEP ...]    STEP: shared (default), suite, edit, edit_cold, edit_warm, long, warm
+#   bash bench/gpu_loop.sh WHEEL_DIR [STEP ...]    STEP: shared (default), suite, edit, edit_cold, edit_warm, long, warm, preload
 #
 #   shared  the harness's GPU tests of shared GPUs: two tests' trackers on one GPU, CUDA leases
 #   suite   the README's library suite with -n auto (bash tests/run_unit.sh -n auto; the checkout
@@ -14,6 +14,10 @@
 #           actors); edit and one of these in one call: the arms side by side on one machine
 #   long    bench/long_test_phases.py: the two long tests alone, phase by phase
 #   warm    bench/warm_worker_probe.py: an actor's start in a new process and in a warm one
+#   preload tests/unit/distributed/test_warm_workers.py: a warm worker's imports leave CUDA to
+#           the actor's CUDA_VISIBLE_DEVICES (the check behind the several-GPU default)
+#
+# The edit steps keep every run's log and every process's timeline (--trace) in $OUT/STEP_runs.
 #
 # Issue 36's four figures in one call: bash bench/gpu_loop.sh .whl suite edit long shared warm
 # Warm Ray workers (the default) against none, side by side: bash bench/gpu_loop.sh .whl edit edit_cold
@@ -21,7 +25,7 @@
 # Installs the carried wheels first (bench/gpu_install.sh); logs and tables go to $OUT.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-WHEELS="${1:?usage: bash bench/gpu_loop.sh WHEEL_DIR [shared|suite|edit|edit_cold|edit_warm|long|warm ...]}"; shift
+WHEELS="${1:?usage: bash bench/gpu_loop.sh WHEEL_DIR [shared|suite|edit|edit_cold|edit_warm|long|warm|preload ...]}"; shift
 STEPS=("${@:-shared}")
 OUT="${OUT:-/tmp/gpu_out}"; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -37,13 +41,14 @@ for step in "${STEPS[@]}"; do
               tools/py/tests/test_parallel_gpus.py tests/unit/utils/test_gpu_memory.py ;;
     suite) PYTHONPATH="$PWD:$PYTHONPATH" PYTHON=python3 bash tests/run_unit.sh -n auto --durations=15 \
              && cp tests/unit/unit_results.json "$OUT/suite_results.json" ;;
-    edit) python3 bench/edit_to_result.py -n auto --edit "$EDIT" --no-baseline --no-docs --phases --logs "$OUT/edit_runs" ;;
+    edit) python3 bench/edit_to_result.py -n auto --edit "$EDIT" --no-baseline --no-docs --phases --trace --logs "$OUT/edit_runs" ;;
     edit_cold) NRL_WARM_WORKERS=0 python3 bench/edit_to_result.py -n auto --edit "$EDIT" --no-baseline --no-docs \
-                 --phases --logs "$OUT/edit_cold_runs" ;;
+                 --phases --trace --logs "$OUT/edit_cold_runs" ;;
     edit_warm) NRL_WARM_WORKERS="${WARM_WORKERS:-3}" python3 bench/edit_to_result.py -n auto --edit "$EDIT" --no-baseline --no-docs \
-                 --phases --logs "$OUT/edit_warm_runs" ;;
+                 --phases --trace --logs "$OUT/edit_warm_runs" ;;
     long) python3 bench/long_test_phases.py --repeat 1 ;;
     warm) python3 bench/warm_worker_probe.py --actors 4 ;;
+    preload) python3 -m pytest -q -p no:randomly -rs tests/unit/distributed/test_warm_workers.py ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac > "$OUT/$step.log" 2>&1
   s=$?; (( s == 0 )) || rc=1

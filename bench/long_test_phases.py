@@ -37,9 +37,17 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _bench_common import ROOT, checkout_env, machine, md_table, print_table, today, update_section  # noqa: E402
+from _bench_common import (  # noqa: E402
+    LONG_TEST_PROBE,
+    ROOT,
+    checkout_env,
+    machine,
+    md_table,
+    print_table,
+    today,
+    update_section,
+)
 
-PROBE = Path(__file__).resolve().parent / "long_test_probe"
 SECTION = "long-test-phases"
 TESTS = (
     "tests/unit/algorithms/test_grpo.py::test_one_grpo_step_through_ray",
@@ -135,7 +143,7 @@ def run_one(test: str, python: str) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="long_test_") as tmp:
         log = Path(tmp) / "spans.jsonl"
         env = checkout_env(LONG_TEST_LOG=str(log))
-        env["PYTHONPATH"] = os.pathsep.join([str(PROBE), env["PYTHONPATH"]])
+        env["PYTHONPATH"] = os.pathsep.join([str(LONG_TEST_PROBE), env["PYTHONPATH"]])
         env.pop("PYTEST_ADDOPTS", None)
         cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--unit-results-dir", tmp, test]
         began = time.time()

@@ -113,6 +113,11 @@ PATCHES: dict[str, list[tuple[str, str]]] = {
         ("DTensorPolicyWorker.__init__", "actor constructor (DTensorPolicyWorker)"),
         ("DTensorPolicyWorker.reinit", "actor reinit for a new run (DTensorPolicyWorker.reinit)"),
     ],
+    "nemo_rl.distributed.warm_workers": [
+        ("preload", "warm worker: its imports (preload)"),
+        ("prestart", "warm workers: ask the raylet (prestart)"),
+    ],
+    "_pytest.main": [("Session.perform_collect", "pytest collection")],
     "nemo_rl.algorithms.sft": [("validate", "validation (sft.validate)")],
     "nemo_rl.algorithms.grpo": [("validate", "validation (grpo.validate)")],
     "nemo_rl.environments.math_environment": [
@@ -167,8 +172,9 @@ class _Finder(importlib.abc.MetaPathFinder):
         timed_import = root in IMPORT_ROOTS and root not in _open_roots()
         if not timed_import and fullname not in PATCHES and fullname != "_pytest.runner":
             return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
+        later = sys.meta_path[sys.meta_path.index(self) + 1 :]  # another probe's finder wraps ours
+        for finder in later:
+            if not hasattr(finder, "find_spec"):
                 continue
             spec = finder.find_spec(fullname, path, target)
             if spec is None:
@@ -224,9 +230,11 @@ def _install() -> None:
 
 
 def _chain() -> None:
-    """Run the sitecustomize this one shadows, if any."""
+    """Run the sitecustomize this one shadows, if any: the next one on the path (only those
+    after this folder, so that two probes on the path run once each)."""
     here = os.path.dirname(os.path.abspath(__file__))
-    path = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    dirs = [os.path.abspath(p or ".") for p in sys.path]
+    path = sys.path[dirs.index(here) + 1 :] if here in dirs else sys.path
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
     if spec is not None and spec.loader is not None:
         module = importlib.util.module_from_spec(spec)

@@ -105,8 +105,9 @@ class _Finder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
         if fullname not in TARGETS:
             return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
+        later = sys.meta_path[sys.meta_path.index(self) + 1 :]  # another probe's finder wraps ours
+        for finder in later:
+            if not hasattr(finder, "find_spec"):
                 continue
             spec = finder.find_spec(fullname, path, target)
             if spec is not None and spec.loader is not None:
@@ -141,9 +142,11 @@ def _install() -> None:
 
 
 def _chain() -> None:
-    """Run the sitecustomize this one shadows, if any."""
+    """Run the sitecustomize this one shadows, if any: the next one on the path (only those
+    after this folder, so that two probes on the path run once each)."""
     here = os.path.dirname(os.path.abspath(__file__))
-    path = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    dirs = [os.path.abspath(p or ".") for p in sys.path]
+    path = sys.path[dirs.index(here) + 1 :] if here in dirs else sys.path
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
     if spec is not None and spec.loader is not None:
         module = importlib.util.module_from_spec(spec)
