@@ -209,14 +209,14 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 
 def _created() -> float:
-    """When the kernel started this process (Linux: /proc), else now."""
+    """When the kernel started this process (Linux: /proc's start time, in ticks since boot,
+    set against CLOCK_BOOTTIME: /proc/stat's boot time has whole seconds only), else now."""
     try:
         with open("/proc/self/stat") as f:
             ticks = int(f.read().rpartition(")")[2].split()[19])
-        with open("/proc/stat") as f:
-            btime = next(int(line.split()[1]) for line in f if line.startswith("btime"))
-        return btime + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, StopIteration, IndexError):
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+        return time.time() - age
+    except (OSError, ValueError, IndexError, AttributeError):
         return time.time()
 
 

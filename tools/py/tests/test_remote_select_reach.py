@@ -117,3 +117,33 @@ def test_uninstall_restores_ray(ray_cluster: Any) -> None:
     assert ray.put is not before[0]
     rec.uninstall()
     assert (ray.put, ray.actor.ActorClass._remote, ray.actor.ActorHandle._actor_method_call) == before
+
+
+def test_an_import_hook_installed_before_the_recorder_still_sees_ray() -> None:
+    # A fresh interpreter: Ray is imported after the recorder is installed. The recorder's
+    # finder goes first; a finder of the user's (a profiler's) must still find and wrap `ray`.
+    script = f"""
+import importlib.abc, sys
+sys.path[:0] = [{str(ROOT / "tools" / "py")!r}, {str(ROOT)!r}]
+seen = []
+
+class UserHook(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path, target=None):
+        if fullname != "ray":
+            return None
+        later = sys.meta_path[sys.meta_path.index(self) + 1:]
+        spec = next(s for f in later if (s := f.find_spec(fullname, path, target)) is not None)
+        run = spec.loader.exec_module
+        spec.loader.exec_module = lambda module: (run(module), seen.append(module.__name__))
+        return spec
+
+sys.meta_path.insert(0, UserHook())
+from testharness.remote_select.reach import ReachRecorder
+recorder = ReachRecorder({str(ROOT)!r})
+recorder.install()
+import ray, ray._private.worker
+print(seen, ray.put is not ray._private.worker.put)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["['ray']", "True"], out.stdout  # the user's hook ran, the recorder patched

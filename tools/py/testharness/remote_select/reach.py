@@ -421,7 +421,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
         if fullname != self.name:
             return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        spec = self._spec_from_later_finders(fullname, path, target)
         loader = getattr(spec, "loader", None)
         if spec is None or loader is None or not hasattr(loader, "exec_module"):
             return None
@@ -438,3 +438,16 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
         loader.exec_module = exec_then_patch
         return spec
+
+    def _spec_from_later_finders(self, fullname: str, path: Any, target: Any) -> Any:
+        """The spec the finders after this one give: an import hook of the user's (a profiler's,
+        a vendoring shim's) still finds and wraps the package."""
+        later = sys.meta_path[sys.meta_path.index(self) + 1 :] if self in sys.meta_path else sys.meta_path
+        for finder in later:
+            find_spec = getattr(finder, "find_spec", None)
+            if find_spec is None:
+                continue
+            spec = find_spec(fullname, path, target)
+            if spec is not None:
+                return spec
+        return None
