@@ -30,7 +30,7 @@ CONSTRUCTOR = "actor constructor"
 
 
 def role(argv: str) -> str:
-    """"controller" (`python -m pytest ...`: Python shows `-m` as the first argument while
+    """ "controller" (`python -m pytest ...`: Python shows `-m` as the first argument while
     site runs, or a `pytest` script), "xdist worker" (execnet's `python -c`), or ""."""
     first = argv.split(" ", 1)[0]
     if first == "-m" or first.endswith("pytest"):
@@ -64,8 +64,10 @@ def describe(records: Sequence[dict[str, Any]], min_s: float = 0.3) -> list[str]
     if not procs:
         return ["no process records: was bench/long_test_probe first on PYTHONPATH?"]
     pytest_pids = [p for p, r in procs.items() if role(str(r.get("argv", "")))]
-    t0 = min(float(procs[p]["create"]) for p in pytest_pids) if pytest_pids else min(
-        float(r["create"]) for r in procs.values()
+    t0 = (
+        min(float(procs[p]["create"]) for p in pytest_pids)
+        if pytest_pids
+        else min(float(r["create"]) for r in procs.values())
     )
 
     def at(t: float) -> str:
@@ -76,9 +78,15 @@ def describe(records: Sequence[dict[str, Any]], min_s: float = 0.3) -> list[str]
     for pid in sorted(pytest_pids, key=lambda p: procs[p]["create"]):
         mine = spans.get(pid, [])
         steps = [s for s in mine if s["label"] in PYTEST_STEPS]
-        out.append(f"{role(str(procs[pid].get('argv', '')))} pid {pid}: created {at(procs[pid]['create'])}, Python from {at(procs[pid]['site'])}")
+        out.append(
+            f"{role(str(procs[pid].get('argv', '')))} pid {pid}: created {at(procs[pid]['create'])}, Python from {at(procs[pid]['site'])}"
+        )
         for s in mine:
-            if s["label"] in ("pytest collection", "Ray start/join (ray.init)", "warm workers: ask the raylet (prestart)"):
+            if s["label"] in (
+                "pytest collection",
+                "Ray start/join (ray.init)",
+                "warm workers: ask the raylet (prestart)",
+            ):
                 out.append(f"  {at(s['start'])} - {at(s['end'])}  {s['label']} ({s['end'] - s['start']:.2f} s)")
         imports = merged_imports([s for s in mine if not steps or s["end"] <= steps[0]["start"]], t0, min_s)
         if imports:
