@@ -22,7 +22,8 @@
 # Issue 36's four figures in one call: bash bench/gpu_loop.sh .whl suite edit long shared warm
 # Warm Ray workers (the default) against none, side by side: bash bench/gpu_loop.sh .whl edit edit_cold
 #
-# Installs the carried wheels first (bench/gpu_install.sh); logs and tables go to $OUT.
+# Installs the carried wheels first (bench/gpu_install.sh); logs and tables go to $OUT. Every
+# step runs with the pytest plugins uv.lock has (bench/lock_plugins.py; IMAGE_PLUGINS=1: the image's too).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 WHEELS="${1:?usage: bash bench/gpu_loop.sh WHEEL_DIR [shared|suite|edit|edit_cold|edit_warm|long|warm|preload ...]}"; shift
@@ -31,6 +32,9 @@ OUT="${OUT:-/tmp/gpu_out}"; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 bash bench/gpu_install.sh "$WHEELS" || exit 2
 export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PATH="/tmp/site/bin:$PATH"
+# The pytest plugins of uv's environment only, as the README's runs have them: the image's own
+# (not in uv.lock) are blocked in every pytest process. IMAGE_PLUGINS=1 keeps them.
+[[ "${IMAGE_PLUGINS:-0}" == 1 ]] || export PYTEST_ADDOPTS="$(python3 bench/lock_plugins.py 2> >(tee -a "$OUT/summary.txt" >&2))"
 PYTHONPATH="$PWD:$PWD/tools/py:$PYTHONPATH" python3 tests/unit/prepare_unit_test_assets.py >/dev/null || exit 2
 EDIT=nemo_rl/models/policy/workers/dtensor_policy_worker.py::DTensorPolicyWorker._reduce_and_clip_grads
 rc=0

@@ -29,7 +29,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bench_common import ROOT, checkout_env, machine, md_table, print_table, today, update_section  # noqa: E402
 
-sys.path.insert(0, str(ROOT / "tests" / "unit" / "tools"))
+sys.path.insert(0, str(ROOT / "tools" / "py" / "tests"))
 from inner_plugins import foreign_plugins, installed_plugins  # noqa: E402
 
 SECTION = "startup-costs"
