@@ -150,7 +150,9 @@ def ray_cluster() -> Iterator[object]:
         pytest.fail(str(exc), pytrace=False)  # one line, repeated by every test that needs Ray
     yield info
     if not already:
-        ray.shutdown()
+        from testharness.real_ray import stop_cluster
+
+        stop_cluster(ray)  # ray.shutdown(), without its second of waiting on the autoscaler's monitor
 
 
 # ---------------------------------------------------------------- upstream NeMo RL's names

@@ -341,7 +341,7 @@ class _Controller:
         shutil.rmtree(self.run.shared_dir, ignore_errors=True)
         ray = real_ray.imported()
         if self.run.started_here and ray is not None:
-            ray.shutdown()  # stops the cluster this process started
+            real_ray.stop_cluster(ray)  # the cluster this process started
             os.environ.pop("RAY_ADDRESS", None)
         self.stopped.set()
         if self.starting is not None:

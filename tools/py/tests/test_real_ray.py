@@ -168,3 +168,24 @@ def test_owned_refs_hold_an_unfinished_task_and_the_raylet_socket_names_its_proc
 def test_task_function_manager_hands_out_the_function_of_each_task() -> None:
     manager = real_ray.task_function_manager()
     assert manager is not None and callable(getattr(manager, "get_execution_info", None))
+
+
+def test_stop_cluster_ends_the_monitor_first_and_every_process_of_the_cluster() -> None:
+    # In a process of its own: the cluster it starts is the one it stops.
+    script = """
+import sys, ray
+from testharness import real_ray
+ray.init(address="local", include_dashboard=False, num_cpus=1)
+node = ray._private.worker._global_node
+procs = {kind: [i.process for i in infos] for kind, infos in node.all_processes.items()}
+assert procs.get("monitor") and procs.get("raylet") and procs.get("gcs_server"), sorted(procs)
+real_ray.stop_cluster(ray)
+assert not ray.is_initialized()
+codes = {kind: [p.poll() for p in ps] for kind, ps in procs.items()}
+print(codes)
+assert all(code is not None for cs in codes.values() for code in cs), codes  # every process ended
+assert codes["monitor"] == [-9], codes  # killed first, not given Ray's second on SIGTERM
+assert codes["raylet"] != [-9] and codes["gcs_server"] != [-9], codes  # the rest stopped as Ray stops them
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
