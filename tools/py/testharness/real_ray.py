@@ -162,8 +162,6 @@ def stop_cluster(ray: ModuleType) -> None:
     ray.shutdown()
 
 
-
-
 def cluster_gpus(ray: ModuleType) -> int:
     """GPUs of the cluster this process is connected to (the total of its resources)."""
     return int(ray.cluster_resources().get("GPU", 0))
