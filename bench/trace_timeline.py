@@ -27,6 +27,12 @@ from _bench_common import read_probe  # noqa: E402
 PYTEST_STEPS = ("pytest setup", "pytest call", "pytest teardown")
 PRELOAD = "warm worker: its imports (preload)"
 CONSTRUCTOR = "actor constructor"
+RUN_PHASES = (  # a pytest process's own, outside its tests
+    "pytest collection",
+    "Ray start/join (ray.init)",
+    "warm workers: ask the raylet (prestart)",
+    "Ray shutdown (ray.shutdown)",
+)
 
 
 def role(argv: str) -> str:
@@ -82,11 +88,8 @@ def describe(records: Sequence[dict[str, Any]], min_s: float = 0.3) -> list[str]
             f"{role(str(procs[pid].get('argv', '')))} pid {pid}: created {at(procs[pid]['create'])}, Python from {at(procs[pid]['site'])}"
         )
         for s in mine:
-            if s["label"] in (
-                "pytest collection",
-                "Ray start/join (ray.init)",
-                "warm workers: ask the raylet (prestart)",
-            ):
+            in_test = any(t["start"] <= s["start"] and s["end"] <= t["end"] for t in steps)
+            if s["label"] in RUN_PHASES and not in_test:
                 out.append(f"  {at(s['start'])} - {at(s['end'])}  {s['label']} ({s['end'] - s['start']:.2f} s)")
         imports = merged_imports([s for s in mine if not steps or s["end"] <= steps[0]["start"]], t0, min_s)
         if imports:
