@@ -52,7 +52,7 @@ for step in "${STEPS[@]}"; do
                  --phases --trace --logs "$OUT/edit_warm_runs" ;;
     long) python3 bench/long_test_phases.py --repeat 1 ;;
     warm) python3 bench/warm_worker_probe.py --actors 4 ;;
-    preload) python3 -m pytest -q -p no:randomly -rs tests/unit/distributed/test_warm_workers.py ;;
+    preload) PYTHONPATH="$PWD:$PWD/tools/py:$PYTHONPATH" python3 -m pytest -q -p no:randomly -rs tests/unit/distributed/test_warm_workers.py ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac > "$OUT/$step.log" 2>&1
   s=$?; (( s == 0 )) || rc=1
