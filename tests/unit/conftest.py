@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -61,52 +62,64 @@ def warm_workers_wanted(workers: int) -> int:
     """Warm Ray workers (nemo_rl.distributed.warm_workers) each of `workers` xdist workers'
     jobs asks for: NRL_WARM_WORKERS, or by default as many as the cores left beyond one per
     xdist worker allow, up to MAX_WARM_WORKERS. A warm worker imports for seconds on a core of
-    its own: it pays where cores would idle while the workers collect (an H200 machine's 16
-    cores and the actor edit's 4-5 workers: 42.7 s -> 36.9 s, docs/benchmarks.md), not where
-    the workers take them all (the 2-core CPU box with 2 workers: 36 s -> 47 s; so none there).
-    None by default on a machine with several GPUs: there an actor sees only its GPU if the
-    imports left CUDA uninitialised (test_preload_leaves_cuda_uninitialised), which has not
-    run on a GPU yet; with one GPU or none every process sees the same."""
+    its own (at the lowest priority): it pays where cores would idle while the workers collect
+    (an H200 machine's 16 cores and the actor edit's 4-5 workers: 42.7 s -> 36.9 s,
+    docs/benchmarks.md), not where the workers take them all (the 2-core CPU box with 2
+    workers: 36 s -> 47 s; so none there)."""
     raw = os.environ.get("NRL_WARM_WORKERS", "").strip()
     if not raw:
-        by_cores = max(0, min(MAX_WARM_WORKERS, (os.cpu_count() or 1) // max(workers, 1) - 1))
-        if not by_cores:  # the 2-core box's and a full run's case: no NVML query at start-up
-            return 0
-        from nemo_rl.distributed.ray_cluster import count_local_gpus
-
-        return 0 if count_local_gpus() > 1 else by_cores
+        return max(0, min(MAX_WARM_WORKERS, (os.cpu_count() or 1) // max(workers, 1) - 1))
     if not raw.isdigit():
         raise pytest.UsageError(f"NRL_WARM_WORKERS={raw!r}: expected a whole number of workers")
     return int(raw)
 
 
-_joined_early = False  # this xdist worker joined the run's cluster in pytest_sessionstart
+_joined_early = False  # this xdist worker joined the run's cluster before its first test
+_joining: threading.Thread | None = None
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """With warm workers, an xdist worker of a `-n` run joins the run's cluster before
-    collecting, so that they import torch and transformers while this worker collects: its
-    first actor then starts in a process that is ready (asked for just before the actor, a warm
-    worker is only a second process importing the same). Otherwise the harness joins it before
-    the first test (the controller starts it while the workers start)."""
-    global _joined_early
+    """With warm workers, an xdist worker of a `-n` run joins the run's cluster and asks for
+    them in a thread while it collects: they import torch and transformers beside its
+    collection, and its first actor starts in a process that is ready (asked for just before
+    the actor, a warm worker is only a second process importing the same). The collection does
+    not wait for the cluster, which the controller starts while the workers start. Otherwise the
+    harness joins it before the first test."""
+    global _joining
     workerinput = getattr(session.config, "workerinput", None)
     if workerinput is None or not (count := warm_workers_wanted(int(workerinput.get("workercount", 1)))):
         return
+    _joining = threading.Thread(target=_join_early, args=(session.config, count), name="nrl-warm-workers")
+    _joining.start()
+
+
+def _join_early(config: pytest.Config, count: int) -> None:
+    global _joined_early
     from testharness.parallel import shared_ray_address
 
-    if not shared_ray_address(session.config):  # waits for the controller's start; None: not a shared cluster
+    if not shared_ray_address(config):  # waits for the controller's start; None: not a shared cluster
         return
     import logging
 
     from nemo_rl.distributed.ray_cluster import init_ray
 
-    try:  # WARNING: not "Connecting to existing Ray cluster" once per worker, outside any test
+    # WARNING: not "Connecting to existing Ray cluster" once per worker, outside any test; nor
+    # Ray's note that a driver connected outside the main thread sets no SIGTERM handler (the
+    # harness keeps its own).
+    logging.getLogger("ray._private.worker").addFilter(lambda record: "main thread" not in record.getMessage())
+    try:
         init_ray(warm_workers=count, logging_level=logging.WARNING)
     except Exception as exc:  # the ray_cluster fixture tries again and fails the tests that need it
         print(f"warm Ray workers: could not join the run's cluster: {exc}", file=sys.stderr)
         return
     _joined_early = True
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> None:
+    """The early join is over before the first test: no test connects to Ray beside it."""
+    if _joining is not None:
+        _joining.join()
 
 
 @pytest.fixture(scope="session")

@@ -37,7 +37,11 @@ DRIVER = textwrap.dedent(
         def facts(self):
             import torch.distributed as dist
             return {"pid": os.getpid(), "imported_before": self.imported_before,
-                    "rank": dist.get_rank(), "world": dist.get_world_size()}
+                    "rank": dist.get_rank(), "world": dist.get_world_size(), "nice": nice()}
+
+    def nice():  # the process's main thread's (the one that imported): /proc's field 19
+        with open(f"/proc/{os.getpid()}/stat") as f:
+            return int(f.read().rpartition(")")[2].split()[16])
 
     init_ray(warm_workers=2)
     job = ray.get_runtime_context().get_job_id()
@@ -66,7 +70,7 @@ DRIVER = textwrap.dedent(
             runs.append(group.run_all("facts"))
         finally:
             group.shutdown()
-    print("FACTS " + json.dumps({"runs": runs, "warm": warm}))
+    print("FACTS " + json.dumps({"runs": runs, "warm": warm, "nice": nice()}))
     """
 )
 
@@ -84,6 +88,7 @@ def test_groups_start_in_warm_workers_with_their_imports_done(ray_cluster) -> No
     assert one["pid"] in facts["warm"], facts  # a prestarted process, not a new one
     assert one["imported_before"], facts  # its constructor found torch and transformers imported
     assert (one["rank"], one["world"]) == (0, 1)
+    assert one["nice"] == facts["nice"], facts  # imported at the lowest priority, runs at the driver's
     assert [(r["rank"], r["world"]) for r in pair] == [(0, 2), (1, 2)], facts  # one process group
     warm, cold = sorted(pair, key=lambda r: r["pid"] not in facts["warm"])
     assert warm["pid"] in facts["warm"] and warm["imported_before"], facts  # the other warm process
@@ -102,6 +107,35 @@ def test_no_warm_workers_where_ray_cannot_prestart(ray_cluster, monkeypatch: pyt
     assert warm_workers.prestart(0) is False
 
 
+def test_warm_imports_run_at_the_lowest_priority_and_give_it_back() -> None:
+    """In a thread of its own (Linux's priority is per thread), as a warm worker's main
+    thread imports: at the lowest priority where it can be given back, its own after."""
+    import threading
+
+    from nemo_rl.distributed.warm_workers import LOWEST_PRIORITY, spare_cores_only
+
+    seen: list[int] = []
+
+    def imports() -> None:
+        seen.append(os.getpriority(os.PRIO_PROCESS, 0))
+        with spare_cores_only():
+            seen.append(os.getpriority(os.PRIO_PROCESS, 0))
+        seen.append(os.getpriority(os.PRIO_PROCESS, 0))
+
+    thread = threading.Thread(target=imports)
+    thread.start()
+    thread.join()
+    before, during, after = seen
+    assert after == before
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_NICE)[0]
+    if os.geteuid() == 0 or soft == resource.RLIM_INFINITY or soft >= 20 - before:
+        assert during == LOWEST_PRIORITY
+    else:  # it could not be given back: never lowered
+        assert during == before
+
+
 @pytest.mark.num_gpus(1)  # on a CPU machine there is no CUDA to leave alone
 def test_preload_leaves_cuda_uninitialised() -> None:
     """A warm worker imports before Ray gives it an actor and sets CUDA_VISIBLE_DEVICES: had
@@ -118,21 +152,17 @@ def test_preload_leaves_cuda_uninitialised() -> None:
 
 
 def test_the_suite_asks_for_warm_workers_only_where_cores_are_left(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The default: the cores beyond one per xdist worker, at most 3 each; none on a machine
-    with several GPUs (the preload's CUDA check has not run on one); NRL_WARM_WORKERS decides
-    when set."""
-    from nemo_rl.distributed import ray_cluster
+    """The default: the cores beyond one per xdist worker, at most 3 each; NRL_WARM_WORKERS
+    decides when set."""
     from tests.unit import conftest
 
     monkeypatch.delenv("NRL_WARM_WORKERS", raising=False)
-    monkeypatch.setattr(ray_cluster, "count_local_gpus", lambda: 1)
     monkeypatch.setattr(os, "cpu_count", lambda: 16)  # the H200 machine
     assert [conftest.warm_workers_wanted(w) for w in (1, 4, 5, 8, 16)] == [3, 3, 2, 1, 0]
     monkeypatch.setattr(os, "cpu_count", lambda: 2)  # the CPU box
     assert [conftest.warm_workers_wanted(w) for w in (1, 2)] == [1, 0]
-    monkeypatch.setattr(ray_cluster, "count_local_gpus", lambda: 8)
-    monkeypatch.setattr(os, "cpu_count", lambda: 128)
-    assert conftest.warm_workers_wanted(4) == 0
+    monkeypatch.setattr(os, "cpu_count", lambda: 128)  # a machine of 8 GPUs: the same rule
+    assert conftest.warm_workers_wanted(4) == 3
     monkeypatch.setenv("NRL_WARM_WORKERS", "2")
     assert conftest.warm_workers_wanted(4) == 2
     monkeypatch.setenv("NRL_WARM_WORKERS", "two")
