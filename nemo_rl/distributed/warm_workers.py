@@ -21,13 +21,10 @@ come with its constructor).
 from __future__ import annotations
 
 import atexit
-import contextlib
 import importlib
 import logging
 import os
-import resource
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -87,36 +84,8 @@ def preload_if_claimed() -> None:
             os.unlink(slots / name)
         except OSError:
             continue  # another process claimed it
-        with spare_cores_only():
-            preload()
+        preload()
         return
-
-
-LOWEST_PRIORITY = 19
-
-
-@contextlib.contextmanager
-def spare_cores_only() -> Iterator[None]:
-    """The block runs at the lowest CPU priority, then at this thread's own again: a warm
-    worker imports ahead of need, and the processes that need the cores now (the drivers'
-    imports and tests, the actors) go first; on an H100 machine twelve warm workers importing
-    at full priority beside four pytest workers made the workers' own imports several times
-    slower. Only where the priority can be given back (root, or RLIMIT_NICE allows it): an
-    actor must never run at it. Linux's priority is per thread: this thread's only."""
-    try:
-        before = os.getpriority(os.PRIO_PROCESS, 0)
-        soft, _ = resource.getrlimit(resource.RLIMIT_NICE)
-        restorable = os.geteuid() == 0 or soft == resource.RLIM_INFINITY or soft >= 20 - before
-    except (AttributeError, OSError, ValueError):  # not Linux
-        restorable = False
-    if not restorable or before >= LOWEST_PRIORITY:
-        yield
-        return
-    os.setpriority(os.PRIO_PROCESS, 0, LOWEST_PRIORITY)
-    try:
-        yield
-    finally:
-        os.setpriority(os.PRIO_PROCESS, 0, before)
 
 
 def prestart(count: int, keep_alive_s: int = KEEP_ALIVE_S) -> bool:

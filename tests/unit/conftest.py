@@ -62,7 +62,7 @@ def warm_workers_wanted(workers: int) -> int:
     """Warm Ray workers (nemo_rl.distributed.warm_workers) each of `workers` xdist workers'
     jobs asks for: NRL_WARM_WORKERS, or by default as many as the cores left beyond one per
     xdist worker allow, up to MAX_WARM_WORKERS. A warm worker imports for seconds on a core of
-    its own (at the lowest priority): it pays where cores would idle while the workers collect
+    its own: it pays where cores would idle while the workers collect
     (an H200 machine's 16 cores and the actor edit's 4-5 workers: 42.7 s -> 36.9 s,
     docs/benchmarks.md), not where the workers take them all (the 2-core CPU box with 2
     workers: 36 s -> 47 s; so none there)."""

@@ -37,11 +37,7 @@ DRIVER = textwrap.dedent(
         def facts(self):
             import torch.distributed as dist
             return {"pid": os.getpid(), "imported_before": self.imported_before,
-                    "rank": dist.get_rank(), "world": dist.get_world_size(), "nice": nice()}
-
-    def nice():  # the process's main thread's (the one that imported): /proc's field 19
-        with open(f"/proc/{os.getpid()}/stat") as f:
-            return int(f.read().rpartition(")")[2].split()[16])
+                    "rank": dist.get_rank(), "world": dist.get_world_size()}
 
     init_ray(warm_workers=2)
     job = ray.get_runtime_context().get_job_id()
@@ -70,7 +66,7 @@ DRIVER = textwrap.dedent(
             runs.append(group.run_all("facts"))
         finally:
             group.shutdown()
-    print("FACTS " + json.dumps({"runs": runs, "warm": warm, "nice": nice()}))
+    print("FACTS " + json.dumps({"runs": runs, "warm": warm}))
     """
 )
 
@@ -88,7 +84,6 @@ def test_groups_start_in_warm_workers_with_their_imports_done(ray_cluster) -> No
     assert one["pid"] in facts["warm"], facts  # a prestarted process, not a new one
     assert one["imported_before"], facts  # its constructor found torch and transformers imported
     assert (one["rank"], one["world"]) == (0, 1)
-    assert one["nice"] == facts["nice"], facts  # imported at the lowest priority, runs at the driver's
     assert [(r["rank"], r["world"]) for r in pair] == [(0, 2), (1, 2)], facts  # one process group
     warm, cold = sorted(pair, key=lambda r: r["pid"] not in facts["warm"])
     assert warm["pid"] in facts["warm"] and warm["imported_before"], facts  # the other warm process
@@ -105,35 +100,6 @@ def test_no_warm_workers_where_ray_cannot_prestart(ray_cluster, monkeypatch: pyt
     assert warm_workers.prestart(2) is False
     assert not warm_workers._slots(ray.get_runtime_context().get_job_id()).exists()  # no slot left to claim
     assert warm_workers.prestart(0) is False
-
-
-def test_warm_imports_run_at_the_lowest_priority_and_give_it_back() -> None:
-    """In a thread of its own (Linux's priority is per thread), as a warm worker's main
-    thread imports: at the lowest priority where it can be given back, its own after."""
-    import threading
-
-    from nemo_rl.distributed.warm_workers import LOWEST_PRIORITY, spare_cores_only
-
-    seen: list[int] = []
-
-    def imports() -> None:
-        seen.append(os.getpriority(os.PRIO_PROCESS, 0))
-        with spare_cores_only():
-            seen.append(os.getpriority(os.PRIO_PROCESS, 0))
-        seen.append(os.getpriority(os.PRIO_PROCESS, 0))
-
-    thread = threading.Thread(target=imports)
-    thread.start()
-    thread.join()
-    before, during, after = seen
-    assert after == before
-    import resource
-
-    soft = resource.getrlimit(resource.RLIMIT_NICE)[0]
-    if os.geteuid() == 0 or soft == resource.RLIM_INFINITY or soft >= 20 - before:
-        assert during == LOWEST_PRIORITY
-    else:  # it could not be given back: never lowered
-        assert during == before
 
 
 @pytest.mark.num_gpus(1)  # on a CPU machine there is no CUDA to leave alone
