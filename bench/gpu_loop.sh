@@ -23,7 +23,8 @@
 # Warm Ray workers (the default) against none, side by side: bash bench/gpu_loop.sh .whl edit edit_cold
 #
 # Installs the carried wheels first (bench/gpu_install.sh); logs and tables go to $OUT. Every
-# step runs with the pytest plugins uv.lock has (bench/lock_plugins.py; IMAGE_PLUGINS=1: the image's too).
+# step runs with the pytest plugins uv.lock has (bench/lock_plugins.py; IMAGE_PLUGINS=1: the image's too)
+# and with bytecode cached (IMAGE_BYTECODE=1: as the machine has it).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 WHEELS="${1:?usage: bash bench/gpu_loop.sh WHEEL_DIR [shared|suite|edit|edit_cold|edit_warm|long|warm|preload ...]}"; shift
@@ -35,6 +36,20 @@ export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PATH="/tmp/site/bin:$PA
 # The pytest plugins of uv's environment only, as the README's runs have them: the image's own
 # (not in uv.lock) are blocked in every pytest process. IMAGE_PLUGINS=1 keeps them.
 [[ "${IMAGE_PLUGINS:-0}" == 1 ]] || export PYTEST_ADDOPTS="$(python3 bench/lock_plugins.py 2> >(tee -a "$OUT/summary.txt" >&2))"
+# Bytecode cached as a developer's Python caches it: the machine sets PYTHONDONTWRITEBYTECODE=1,
+# so a package installed without .pyc files (the image's own?) is compiled again by every
+# process of every run. The first run (the seed) writes them under /tmp/pyc.
+# IMAGE_BYTECODE=1 keeps the machine's setting.
+python3 -c 'import importlib.util as u, os
+for name in ("torch", "sympy", "transformers", "ray"):
+    spec = u.find_spec(name)
+    if spec is None or not spec.origin:
+        continue
+    where = os.path.dirname(spec.origin)
+    cached = "present" if os.path.isdir(os.path.join(where, "__pycache__")) else "absent"
+    print(f"bytecode: {name} at {where}: __pycache__ {cached}")
+print("bytecode: PYTHONDONTWRITEBYTECODE=" + repr(os.environ.get("PYTHONDONTWRITEBYTECODE", "")))' | tee -a "$OUT/summary.txt"
+if [[ "${IMAGE_BYTECODE:-0}" != 1 ]]; then unset PYTHONDONTWRITEBYTECODE; export PYTHONPYCACHEPREFIX=/tmp/pyc; fi
 PYTHONPATH="$PWD:$PWD/tools/py:$PYTHONPATH" python3 tests/unit/prepare_unit_test_assets.py >/dev/null || exit 2
 EDIT=nemo_rl/models/policy/workers/dtensor_policy_worker.py::DTensorPolicyWorker._reduce_and_clip_grads
 rc=0
