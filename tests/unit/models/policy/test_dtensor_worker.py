@@ -19,14 +19,22 @@ from tests.unit.policy_helpers import (
 
 
 @pytest.fixture(scope="module")
-def batch(tiny_llama: str, test_assets):
-    tok = AutoTokenizer.from_pretrained(tiny_llama)
-    convs = load_chat_dataset(test_assets / "data" / "sft_train.jsonl")[:8]
-    return sft_batch(tok, convs, max_length=64)
+def tokenizer(tiny_llama: str):
+    return AutoTokenizer.from_pretrained(tiny_llama)
 
 
 @pytest.fixture(scope="module")
-def policy(ray_cluster, tiny_llama: str):
+def batch(tokenizer, test_assets):
+    convs = load_chat_dataset(test_assets / "data" / "sft_train.jsonl")[:8]
+    return sft_batch(tokenizer, convs, max_length=64)
+
+
+@pytest.fixture(scope="module")
+def policy(ray_cluster, tiny_llama: str, tokenizer):
+    # After the tokenizer, whichever test comes first: loading one imports much of transformers
+    # and torch.distributed in this process (seconds), time in which the actor's warm Ray
+    # worker (nemo_rl.distributed.warm_workers) finishes its own imports; the other way round,
+    # this process waits for that worker, then imports.
     p = Policy(policy_config(tiny_llama), cluster_from_config(1, one_worker_gpus()))
     yield p
     p.shutdown()
@@ -57,10 +65,11 @@ def test_checkpoint_round_trip(policy: Policy, batch, tmp_path) -> None:
     )
 
 
-def test_generation_is_seeded(policy: Policy, tiny_llama: str) -> None:
-    tok = AutoTokenizer.from_pretrained(tiny_llama)
+def test_generation_is_seeded(policy: Policy, tokenizer) -> None:
     prompts = pad_batch(
-        [prompt_ids(tok, [{"role": "user", "content": "Compute 2 + 3."}])] * 2, tok.pad_token_id, left=True
+        [prompt_ids(tokenizer, [{"role": "user", "content": "Compute 2 + 3."}])] * 2,
+        tokenizer.pad_token_id,
+        left=True,
     )
     cfg = {"max_new_tokens": 6, "temperature": 1.0, "top_p": 1.0, "seed": 11}
     a, b = policy.generate(prompts, cfg), policy.generate(prompts, cfg)
