@@ -37,19 +37,26 @@ export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PATH="/tmp/site/bin:$PA
 # (not in uv.lock) are blocked in every pytest process. IMAGE_PLUGINS=1 keeps them.
 [[ "${IMAGE_PLUGINS:-0}" == 1 ]] || export PYTEST_ADDOPTS="$(python3 bench/lock_plugins.py 2> >(tee -a "$OUT/summary.txt" >&2))"
 # Bytecode cached as a developer's Python caches it: the machine sets PYTHONDONTWRITEBYTECODE=1,
-# so a package installed without .pyc files (the image's own?) is compiled again by every
-# process of every run. The first run (the seed) writes them under /tmp/pyc.
+# so a package installed without .pyc files (the image's own?) would be compiled again by every
+# process of every run. Unset, the first run (an edit step's seed) writes the missing ones beside
+# their sources (root owns them here) and every later process reads them; the .pyc files pip
+# wrote for the carried wheels stay in use (a PYTHONPYCACHEPREFIX would hide them).
 # IMAGE_BYTECODE=1 keeps the machine's setting.
-python3 -c 'import importlib.util as u, os
+bytecode_report() {  # $1: before or after the steps
+  python3 - "$1" <<'EOF' | tee -a "$OUT/summary.txt"
+import importlib.util as u, os, sys
 for name in ("torch", "sympy", "transformers", "ray"):
     spec = u.find_spec(name)
     if spec is None or not spec.origin:
         continue
     where = os.path.dirname(spec.origin)
     cached = "present" if os.path.isdir(os.path.join(where, "__pycache__")) else "absent"
-    print(f"bytecode: {name} at {where}: __pycache__ {cached}")
-print("bytecode: PYTHONDONTWRITEBYTECODE=" + repr(os.environ.get("PYTHONDONTWRITEBYTECODE", "")))' | tee -a "$OUT/summary.txt"
-if [[ "${IMAGE_BYTECODE:-0}" != 1 ]]; then unset PYTHONDONTWRITEBYTECODE; export PYTHONPYCACHEPREFIX=/tmp/pyc; fi
+    print(f"bytecode {sys.argv[1]}: {name} at {where}: __pycache__ {cached}")
+print(f"bytecode {sys.argv[1]}: PYTHONDONTWRITEBYTECODE={os.environ.get('PYTHONDONTWRITEBYTECODE', '')!r}")
+EOF
+}
+bytecode_report before
+[[ "${IMAGE_BYTECODE:-0}" == 1 ]] || unset PYTHONDONTWRITEBYTECODE
 PYTHONPATH="$PWD:$PWD/tools/py:$PYTHONPATH" python3 tests/unit/prepare_unit_test_assets.py >/dev/null || exit 2
 EDIT=nemo_rl/models/policy/workers/dtensor_policy_worker.py::DTensorPolicyWorker._reduce_and_clip_grads
 rc=0
@@ -74,4 +81,5 @@ for step in "${STEPS[@]}"; do
   echo "$step exit=$s wall=$(( $(date +%s) - t0 ))s" | tee -a "$OUT/summary.txt"
   tail -25 "$OUT/$step.log"
 done
+bytecode_report after
 exit $rc
