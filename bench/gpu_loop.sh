@@ -25,6 +25,7 @@
 # Installs the carried wheels first (bench/gpu_install.sh); logs and tables go to $OUT. Every
 # step runs with the pytest plugins uv.lock has (bench/lock_plugins.py; IMAGE_PLUGINS=1: the image's too)
 # and with bytecode cached (IMAGE_BYTECODE=1: as the machine has it).
+# PACK_OUT=1 packs what it wrote into $OUT/gpu_loop.tgz beside $OUT/summary.txt.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 WHEELS="${1:?usage: bash bench/gpu_loop.sh WHEEL_DIR [shared|suite|edit|edit_cold|edit_warm|long|warm|preload ...]}"; shift
@@ -82,4 +83,11 @@ for step in "${STEPS[@]}"; do
   tail -25 "$OUT/$step.log"
 done
 bytecode_report after
+# PACK_OUT=1: all but summary.txt as one archive, $OUT/gpu_loop.tgz (a caller that takes back a
+# few files only, as the device tool of docs/benchmarks.md does: at most 8).
+if [[ "${PACK_OUT:-0}" == 1 ]]; then
+  tar czf /tmp/gpu_loop.tgz -C "$OUT" --exclude=./summary.txt . \
+    && find "$OUT" -mindepth 1 -maxdepth 1 ! -name summary.txt -exec rm -rf {} + \
+    && mv /tmp/gpu_loop.tgz "$OUT/gpu_loop.tgz"
+fi
 exit $rc
