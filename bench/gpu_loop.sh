@@ -57,6 +57,10 @@ print(f"bytecode {sys.argv[1]}: PYTHONDONTWRITEBYTECODE={os.environ.get('PYTHOND
 EOF
 }
 bytecode_report before
+# A GPU machine lent as a virtual machine may grow its memory only as it is first used (seen on
+# such machines: MemTotal up 8 GiB per 3 s): the summary reads it before and after each step.
+mem_total() { awk '/^MemTotal/ {printf "MemTotal=%.1fGiB", $2 / 1048576}' /proc/meminfo; }
+echo "before the steps: $(mem_total)" | tee -a "$OUT/summary.txt"
 [[ "${IMAGE_BYTECODE:-0}" == 1 ]] || unset PYTHONDONTWRITEBYTECODE
 PYTHONPATH="$PWD:$PWD/tools/py:$PYTHONPATH" python3 tests/unit/prepare_unit_test_assets.py >/dev/null || exit 2
 EDIT=nemo_rl/models/policy/workers/dtensor_policy_worker.py::DTensorPolicyWorker._reduce_and_clip_grads
@@ -79,7 +83,7 @@ for step in "${STEPS[@]}"; do
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac > "$OUT/$step.log" 2>&1
   s=$?; (( s == 0 )) || rc=1
-  echo "$step exit=$s wall=$(( $(date +%s) - t0 ))s" | tee -a "$OUT/summary.txt"
+  echo "$step exit=$s wall=$(( $(date +%s) - t0 ))s $(mem_total)" | tee -a "$OUT/summary.txt"
   tail -25 "$OUT/$step.log"
 done
 bytecode_report after
