@@ -439,7 +439,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         loader.exec_module = exec_then_patch
         return spec
 
-    def _spec_from_later_finders(self, fullname: str, path: Any, target: Any) -> Any:
+    def _spec_from_later_finders(self, fullname: str, path: Any, target: Any) -> importlib.machinery.ModuleSpec | None:
         """The spec the finders after this one give: an import hook of the user's (a profiler's,
         a vendoring shim's) still finds and wraps the package."""
         later = sys.meta_path[sys.meta_path.index(self) + 1 :] if self in sys.meta_path else sys.meta_path
@@ -447,7 +447,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
             find_spec = getattr(finder, "find_spec", None)
             if find_spec is None:
                 continue
-            spec = find_spec(fullname, path, target)
+            spec: importlib.machinery.ModuleSpec | None = find_spec(fullname, path, target)
             if spec is not None:
                 return spec
         return None
