@@ -89,6 +89,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     workerinput = getattr(session.config, "workerinput", None)
     if workerinput is None or not (count := warm_workers_wanted(int(workerinput.get("workercount", 1)))):
         return
+    # Ray imported here, before the thread: the collection imports it too, and two threads that
+    # import one package's circular modules at once can fail with importlib's _DeadlockError.
+    import nemo_rl.distributed.ray_cluster  # noqa: F401
+
     _joining = threading.Thread(target=_join_early, args=(session.config, count), name="nrl-warm-workers")
     _joining.start()
 
