@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from testharness import real_ray
@@ -28,6 +29,13 @@ def _wait_until(condition: Any, timeout_s: float = 60.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "not within the time"
         time.sleep(0.2)
+
+
+def _process_ended(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE  # ended, not yet reaped
+    except psutil.NoSuchProcess:
+        return True
 
 
 def test_reachable_is_a_listening_host_port() -> None:
@@ -132,6 +140,9 @@ def test_job_actors_and_placement_groups_come_from_the_gcs(ray_cluster: Any) -> 
 
         real_ray.kill_actor(ray, found.id)  # by id: no handle needed
         _wait_until(lambda: found.id not in real_ray.job_actors(ray, job))  # dead ones are left out
+        # The GCS marks the actor dead before its process has ended: a call meanwhile can still
+        # be answered (seen once with Ray 2.46), so the call waits for the process's end.
+        _wait_until(lambda: _process_ended(pid))
         with pytest.raises(ray.exceptions.RayActorError):
             ray.get(actor.pid.remote(), timeout=120)
         remove_placement_group(group)
