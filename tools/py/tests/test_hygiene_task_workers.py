@@ -1,11 +1,16 @@
 """The hang report's task workers, with a real Ray cluster: under -n every xdist worker is a
-job of one shared cluster, and a hung test must not be blamed on another job's busy worker."""
+job of one shared cluster, and a hung test must not be blamed on another job's busy worker;
+a task Ray starts again after its worker was ended is ended too."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
+from collections.abc import Callable
 from typing import Any
 
+import pytest
 import ray
 
 from testharness import real_ray
@@ -19,6 +24,19 @@ class SlowToStart:
 
     def ready(self) -> bool:
         return True
+
+
+@ray.remote(num_cpus=0, max_retries=2)
+def sleeps_long() -> None:
+    time.sleep(3600)
+
+
+def _within(find: Callable[[], list[Any]], timeout_s: float = 120.0) -> list[Any]:
+    deadline = time.monotonic() + timeout_s
+    while not (found := find()):
+        assert time.monotonic() < deadline, "not within the time"
+        time.sleep(0.2)
+    return found
 
 
 def _busy_workers(job: str) -> list[str]:
@@ -39,3 +57,25 @@ def test_a_busy_worker_of_another_job_is_not_this_jobs_task_worker(ray_cluster: 
         assert not [t for t in _busy_workers(other) if t.startswith("ray::SlowToStart")]
     finally:
         ray.kill(actor)
+
+
+def test_a_task_started_again_after_its_worker_was_ended_is_ended_too(ray_cluster: Any) -> None:
+    """Ray retries a task whose worker died: here one SIGKILLed, as the harness does to a task
+    worker that outlasts its cancel (in CI, a cancel racing its worker's death once did the same,
+    ray-project/ray#54260). The hang's ending finds the new worker, cancels the task, ends it."""
+    job = real_ray.job_hex(ray)
+    ref = sleeps_long.remote()
+
+    def running() -> list[Any]:
+        return [p for p in hang._task_workers(hang._local_raylet_pid(ray), set(), job) if p.title == "ray::sleeps_long"]
+
+    try:
+        first = _within(running)
+        os.kill(first[0].pid, signal.SIGKILL)
+        # One round, watched for as long as a loaded machine may take to start the retry's worker.
+        assert hang.end_task_retries(first, watch_s=120.0, rounds=1) == []
+        with pytest.raises(ray.exceptions.TaskCancelledError):
+            ray.get(ref, timeout=60)
+        assert not running()
+    finally:
+        ray.cancel(ref, force=True)

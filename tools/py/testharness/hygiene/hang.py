@@ -47,6 +47,10 @@ PYSPY_TIMEOUT_S = 20.0
 # Ray's kill and force-cancel are asynchronous: the hung processes are waited for this long,
 # then SIGKILLed, so the next test never shares the machine with them.
 EXIT_WAIT_S = 5.0
+# A cancelled task can still be started again (below, end_task_retries): how long a new worker
+# running it is looked for, and how many times such a retry is ended.
+RETRY_WATCH_S = 3.0
+RETRY_ROUNDS = 3
 
 
 def pyspy_path() -> str | None:
@@ -154,6 +158,7 @@ class Diagnosis:
     text: str  # every stack, for the log
     main_in_ray: bool = False  # the test process's main thread is inside Ray (ray.get, ray.wait)
     ending: tuple[Proc, ...] = ()  # this node's processes to end, titled as they were when diagnosed
+    task_workers: tuple[Proc, ...] = ()  # those of `ending` that ran tasks (which Ray may retry)
 
 
 def driver_stack(main_ident: int | None, root: str) -> tuple[Stack, tuple[Any, ...]]:
@@ -230,7 +235,7 @@ def diagnose(
     # Task workers are ended by cancel_tasks (a killed one would be retried), not killed here.
     in_ray = any(f.file.startswith("ray/") for f in main_frames)
     ending = (*(Proc(a.pid, 0.0, probe._title(a.pid)) for a in to_end if a in local), *tasks)
-    diagnosis = Diagnosis(reason, hang_record(timeout_s, reason, stuck, stacks), text, in_ray, ending)
+    diagnosis = Diagnosis(reason, hang_record(timeout_s, reason, stuck, stacks), text, in_ray, ending, tuple(tasks))
     return diagnosis, to_end, new_procs
 
 
@@ -295,6 +300,34 @@ def _still_running(procs: Sequence[Proc], wait_s: float) -> list[Proc]:
         if not left or time.monotonic() >= deadline:
             return left
         time.sleep(0.05)
+
+
+def end_task_retries(ended: Sequence[Proc], watch_s: float = RETRY_WATCH_S, rounds: int = RETRY_ROUNDS) -> list[int]:
+    """End the tasks Ray starts again after their workers were ended: a force-cancel that races
+    its worker's death can still retry the task (ray-project/ray#54260; seen once in CI: the next
+    test met a new `ray::stuck_task`), and a task worker SIGKILLed after the cancel is retried.
+    Looks for `watch_s` for this job's task workers titled as an ended one was, cancels this
+    process's tasks again and ends those workers, at most `rounds` times. The pids left."""
+    titles = {p.title for p in ended if p.title}
+    ray = real_ray.connected()
+    if not titles or ray is None:
+        return []
+    try:
+        job, raylet = real_ray.job_hex(ray), _local_raylet_pid(ray)
+    except Exception:  # noqa: BLE001  a cluster going away: nothing can be started again
+        return []
+    known = {p.pid for p in ended}
+    left: list[int] = []
+    for _ in range(rounds):
+        deadline = time.monotonic() + watch_s
+        while not (retries := [p for p in _task_workers(raylet, known, job) if p.title in titles]):
+            if time.monotonic() >= deadline:
+                return left
+            time.sleep(0.1)
+        known.update(p.pid for p in retries)
+        cancel_tasks()
+        left = await_ended(retries)
+    return left
 
 
 def end_processes(procs: list[Proc]) -> None:

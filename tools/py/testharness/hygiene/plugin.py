@@ -402,6 +402,7 @@ class _Watchdog:
             hang.end_actors(actors)
             hang.end_processes(procs)
             left = hang.await_ended(diagnosis.ending)
+            left += hang.end_task_retries(diagnosis.task_workers)
             if left:
                 print(f"[testharness] the hung processes {left} outlived a SIGKILL", file=sys.__stderr__, flush=True)
         except Exception as exc:  # the watchdog must never take the run down
