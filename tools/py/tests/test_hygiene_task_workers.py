@@ -72,10 +72,11 @@ def test_a_task_started_again_after_its_worker_was_ended_is_ended_too(ray_cluste
     try:
         first = _within(running)
         os.kill(first[0].pid, signal.SIGKILL)
-        # One round, watched for as long as a loaded machine may take to start the retry's worker.
-        assert hang.end_task_retries(first, watch_s=120.0, rounds=1) == []
-        with pytest.raises(ray.exceptions.TaskCancelledError):
-            ray.get(ref, timeout=60)
+        _within(lambda: [p for p in running() if p.pid != first[0].pid])  # Ray started it again
+        assert hang.end_task_retries(first, rounds=1) == []
         assert not running()
+        # Ended, not running on: Ray 2.60 reports the cancel, Ray 2.46 the killed worker.
+        with pytest.raises((ray.exceptions.TaskCancelledError, ray.exceptions.WorkerCrashedError)):
+            ray.get(ref, timeout=60)
     finally:
         ray.cancel(ref, force=True)
