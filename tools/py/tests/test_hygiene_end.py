@@ -45,3 +45,19 @@ def test_a_process_titled_otherwise_now_is_left_alone() -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_killed_actor_that_left_its_method_is_still_the_hung_one() -> None:
+    # Ray's kill lets the actor leave its method before its process ends: titled `ray::Rank`
+    # now, not `ray::Rank.all_reduce`, it is the same actor (an actor's process serves no other)
+    proc = subprocess.Popen(["bash", "-c", "exec -a ray::Rank cat"], stdin=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 10
+        while probe._title(proc.pid) != "ray::Rank":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert hang.await_ended((Proc(proc.pid, 0.0, "ray::Rank.all_reduce"),), wait_s=0.3) == []
+        assert proc.wait(timeout=5) == -9
+    finally:
+        proc.kill()
+        proc.wait()

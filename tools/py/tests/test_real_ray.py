@@ -196,7 +196,6 @@ codes = {kind: [p.poll() for p in ps] for kind, ps in procs.items()}
 print(codes)
 assert all(code is not None for cs in codes.values() for code in cs), codes  # every process ended
 assert codes["monitor"] == [-9], codes  # killed first, not given Ray's second on SIGTERM
-assert codes["raylet"] != [-9] and codes["gcs_server"] != [-9], codes  # the rest stopped as Ray stops them
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stdout + out.stderr[-3000:]

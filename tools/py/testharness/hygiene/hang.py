@@ -282,8 +282,9 @@ def cancel_tasks() -> None:
 
 
 def await_ended(procs: Sequence[Proc], wait_s: float = EXIT_WAIT_S) -> list[int]:
-    """Wait until none of `procs` still has the title it had (it exited, or Ray reused it for
-    other work); SIGKILL those that outlast `wait_s`. The pids still there after that."""
+    """Wait until none of `procs` still does the work it was titled with (it exited, or Ray
+    reused a task worker for other work); SIGKILL those that outlast `wait_s`. The pids still
+    there after that."""
     left = _still_running(procs, wait_s)
     for p in left:
         try:
@@ -293,10 +294,17 @@ def await_ended(procs: Sequence[Proc], wait_s: float = EXIT_WAIT_S) -> list[int]
     return [p.pid for p in _still_running(left, 2.0)]
 
 
+def _same_work(title: str, now: str) -> bool:
+    """Whether a process titled `title` when diagnosed still does that work, titled `now`: the
+    same title, or its actor's idle title (`ray::Rank` for `ray::Rank.all_reduce`: an actor
+    being killed leaves its method before its process ends, and never serves another)."""
+    return bool(now) and (now == title or title.startswith(now + "."))
+
+
 def _still_running(procs: Sequence[Proc], wait_s: float) -> list[Proc]:
     deadline = time.monotonic() + wait_s
     while True:
-        left = [p for p in procs if p.title and probe._title(p.pid) == p.title]
+        left = [p for p in procs if p.title and _same_work(p.title, probe._title(p.pid))]
         if not left or time.monotonic() >= deadline:
             return left
         time.sleep(0.05)
