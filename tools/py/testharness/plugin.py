@@ -19,4 +19,5 @@ pytest_plugins = [
     "testharness.testmon_data",
     "testharness.hygiene.plugin",
     "testharness.supervised",
+    "testharness.bytecode",
 ]
