@@ -1,4 +1,4 @@
-"""One header line when the heavy packages have no cached bytecode and Python may not write it.
+"""One line at the run's start when the heavy packages have no cached bytecode and Python may not write it.
 
 A run starts many Python processes (xdist workers, Ray workers, example scripts), and each
 imports torch and transformers. Python caches their compiled modules in `__pycache__` on the
@@ -54,9 +54,18 @@ def advice(names: list[str], may_write: bool) -> str:
     )
 
 
-def pytest_report_header(config: pytest.Config) -> list[str]:
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Written with the run's first lines, -q included (a header line would be hidden)."""
+    config = session.config
     if is_xdist_worker(config) or not settings_of(config).configured:
-        return []
+        return
     may_write = not sys.dont_write_bytecode
     names = compiled_again(HEAVY_PACKAGES, may_write)
-    return [advice(names, may_write)] if names else []
+    if not names:
+        return
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(advice(names, may_write))
+    else:
+        print(advice(names, may_write), file=sys.stderr)

@@ -1,4 +1,4 @@
-"""The header line about heavy packages compiled again by every process (testharness.bytecode).
+"""The line at a run's start about heavy packages compiled again by every process (testharness.bytecode).
 
 The inner runs are pytest subprocesses, so that PYTHONDONTWRITEBYTECODE is read by Python
 itself at start-up, as on a machine that sets it.
@@ -40,7 +40,7 @@ LINE = "sympy have no cached bytecode and PYTHONDONTWRITEBYTECODE (or -B) is set
     [(True, True, True), (True, False, False), (False, True, False)],
     ids=["configured-no-writing", "configured-writing", "merely-installed"],
 )
-def test_the_header_says_which_packages_every_process_compiles(pytester, monkeypatch, configured, dont_write, expected):
+def test_the_run_says_which_packages_every_process_compiles(pytester, monkeypatch, configured, dont_write, expected):
     fake = pytester.path / "site"
     _package(fake, "sympy")  # found first on sys.path, never imported by the run
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(fake), os.environ.get("PYTHONPATH", "")]))
@@ -50,7 +50,7 @@ def test_the_header_says_which_packages_every_process_compiles(pytester, monkeyp
         monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
     pytester.makepyprojecttoml(PROJECT if configured else '[project]\nname = "x"\nversion = "0"\n')
     pytester.makepyfile(test_one="def test_one():\n    assert True\n")
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly")
+    result = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider", "-p", "no:randomly")  # -q hides a header
     assert result.ret == 0
     shown = [line for line in result.outlines if LINE in line]
     assert bool(shown) == expected, result.outlines[:12]
