@@ -25,32 +25,37 @@ from testharness.contract import is_xdist_worker, settings_of
 HEAVY_PACKAGES = ("torch", "transformers", "ray", "sympy", "numpy")
 
 
-def compiled_again(packages: Iterable[str], may_write: bool) -> list[str]:
-    """The packages whose `__init__` has no cached bytecode that Python could reuse or write:
-    found (not imported) on sys.path, without a .pyc for this interpreter, and either writing is
-    off (`may_write` False) or their folder is not writable."""
-    again = []
+def compiled_again(packages: Iterable[str], may_write: bool) -> dict[str, str]:
+    """The packages whose `__init__` has no cached bytecode that Python could reuse or write,
+    with the folder each was found in (on sys.path; none is imported): without a .pyc for this
+    interpreter, and either writing is off (`may_write` False) or their folder is not writable."""
+    again = {}
     for name in packages:
         try:
             spec = importlib.util.find_spec(name)
         except (ImportError, ValueError):
             continue
-        origin = spec.origin if spec is not None else None
-        if not origin or not origin.endswith(".py"):
+        origin = getattr(spec, "origin", None)  # a project's stand-in module may have any spec
+        if not isinstance(origin, str) or not origin.endswith(".py"):
             continue
         if os.path.exists(importlib.util.cache_from_source(origin)):
             continue
-        if not may_write or not os.access(os.path.dirname(origin), os.W_OK):
-            again.append(name)
+        package_dir = os.path.dirname(origin)
+        if not may_write or not os.access(package_dir, os.W_OK):
+            again[name] = os.path.dirname(package_dir)
     return again
 
 
-def advice(names: list[str], may_write: bool) -> str:
-    why = "PYTHONDONTWRITEBYTECODE (or -B) is set" if not may_write else "their folders are not writable"
+def advice(again: dict[str, str], may_write: bool) -> str:
+    if may_write:  # folders Python cannot write into: a cache elsewhere
+        why, fix = "their folders are not writable", "set PYTHONPYCACHEPREFIX to a writable folder"
+    else:
+        folders = " ".join(sorted(set(again.values())))
+        why = "PYTHONDONTWRITEBYTECODE (or -B) is set"
+        fix = f"`python -m compileall -q -j 0 {folders}`, or --compile-bytecode on your `uv sync` line"
     return (
-        f"testharness: warning: {', '.join(names)} have no cached bytecode and {why}: every Python "
-        "process of the run (xdist and Ray workers, scripts) compiles them again. Compile them once: "
-        "`uv sync --compile-bytecode`, or `python -m compileall -q` on their folders"
+        f"testharness: warning: {', '.join(again)} have no cached bytecode and {why}: every Python "
+        f"process of the run (xdist and Ray workers, scripts) compiles them again. Once: {fix}"
     )
 
 

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import os
 import py_compile
+import sys
+import types
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -25,10 +28,16 @@ def _package(root: Path, name: str) -> Path:
 def test_a_package_without_bytecode_is_named_only_where_python_may_not_write_it(tmp_path, monkeypatch):
     init = _package(tmp_path, "heavy_pkg_a")
     monkeypatch.syspath_prepend(str(tmp_path))
-    assert compiled_again(["heavy_pkg_a", "no_such_package_here"], may_write=False) == ["heavy_pkg_a"]
-    assert compiled_again(["heavy_pkg_a"], may_write=True) == []  # the first import writes it
+    assert compiled_again(["heavy_pkg_a", "no_such_package_here"], may_write=False) == {"heavy_pkg_a": str(tmp_path)}
+    assert compiled_again(["heavy_pkg_a"], may_write=True) == {}  # the first import writes it
     py_compile.compile(str(init), doraise=True)  # as `compileall` or `uv sync --compile-bytecode`
-    assert compiled_again(["heavy_pkg_a"], may_write=False) == []
+    assert compiled_again(["heavy_pkg_a"], may_write=False) == {}
+
+
+def test_a_stand_in_module_of_the_project_is_passed_over(monkeypatch):
+    monkeypatch.setitem(sys.modules, "heavy_pkg_mock", mock.MagicMock())  # its __spec__ is a mock too
+    monkeypatch.setitem(sys.modules, "heavy_pkg_plain", types.ModuleType("heavy_pkg_plain"))  # __spec__ None
+    assert compiled_again(["heavy_pkg_mock", "heavy_pkg_plain"], may_write=False) == {}
 
 
 PROJECT = '[tool.testharness]\nresults_dir = "out"\ntest_roots = ["tests"]\n'
@@ -55,4 +64,4 @@ def test_the_run_says_which_packages_every_process_compiles(pytester, monkeypatc
     shown = [line for line in result.outlines if LINE in line]
     assert bool(shown) == expected, result.outlines[:12]
     if expected:
-        assert "uv sync --compile-bytecode" in shown[0]
+        assert f"python -m compileall -q -j 0 {fake}`" in shown[0]  # where the package was found
