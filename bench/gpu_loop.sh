@@ -38,8 +38,8 @@ export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PATH="/tmp/site/bin:$PA
 # (not in uv.lock) are blocked in every pytest process. IMAGE_PLUGINS=1 keeps them.
 [[ "${IMAGE_PLUGINS:-0}" == 1 ]] || export PYTEST_ADDOPTS="$(python3 bench/lock_plugins.py 2> >(tee -a "$OUT/summary.txt" >&2))"
 # Bytecode cached as a developer's Python caches it: the machine sets PYTHONDONTWRITEBYTECODE=1,
-# so a package installed without .pyc files (the image's own?) would be compiled again by every
-# process of every run. Unset, the first run (an edit step's seed) writes the missing ones beside
+# and its image ships torch and sympy without .pyc files: every process of every run would compile
+# them again (the actor edit 33.1 s instead of 23.8 s on one H100: docs/benchmarks.md). Unset, the first run (an edit step's seed) writes the missing ones beside
 # their sources (root owns them here) and every later process reads them; the .pyc files pip
 # wrote for the carried wheels stay in use (a PYTHONPYCACHEPREFIX would hide them).
 # IMAGE_BYTECODE=1 keeps the machine's setting.
