@@ -43,16 +43,13 @@ export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PATH="/tmp/site/bin:$PA
 # their sources (root owns them here) and every later process reads them; the .pyc files pip
 # wrote for the carried wheels stay in use (a PYTHONPYCACHEPREFIX would hide them).
 # IMAGE_BYTECODE=1 keeps the machine's setting.
-bytecode_report() {  # $1: before or after the steps
+bytecode_report() {  # $1: before or after the steps; the harness's own check (testharness.bytecode)
   python3 - "$1" <<'EOF' | tee -a "$OUT/summary.txt"
-import importlib.util as u, os, sys
-for name in ("torch", "sympy", "transformers", "ray"):
-    spec = u.find_spec(name)
-    if spec is None or not spec.origin:
-        continue
-    where = os.path.dirname(spec.origin)
-    cached = "present" if os.path.isdir(os.path.join(where, "__pycache__")) else "absent"
-    print(f"bytecode {sys.argv[1]}: {name} at {where}: __pycache__ {cached}")
+import os, sys
+from testharness.bytecode import HEAVY_PACKAGES, compiled_again
+uncached = compiled_again(HEAVY_PACKAGES, may_write=False)  # whatever the setting: what has no .pyc
+listed = ", ".join(f"{name} (in {where})" for name, where in uncached.items()) or "none"
+print(f"bytecode {sys.argv[1]}: of {', '.join(HEAVY_PACKAGES)}, without .pyc files: {listed}")
 print(f"bytecode {sys.argv[1]}: PYTHONDONTWRITEBYTECODE={os.environ.get('PYTHONDONTWRITEBYTECODE', '')!r}")
 EOF
 }

@@ -5,7 +5,7 @@ imports torch and transformers. Python caches their compiled modules in `__pycac
 first import, unless PYTHONDONTWRITEBYTECODE (or -B) forbids it, as many container images set
 it, or their folder is not writable: then every process compiles them again. On a 16-core
 GPU machine whose image shipped torch and sympy without .pyc files, a one-line edit inside a
-policy actor took 36-43 s to its tests' result instead of 22.5 s (docs/benchmarks.md).
+policy actor took 33.1 s to its tests' result instead of 23.8 s (docs/benchmarks.md).
 The line names the packages and how to compile them once; nothing else changes.
 """
 
@@ -66,11 +66,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if is_xdist_worker(config) or not settings_of(config).configured:
         return
     may_write = not sys.dont_write_bytecode
-    names = compiled_again(HEAVY_PACKAGES, may_write)
-    if not names:
+    again = compiled_again(HEAVY_PACKAGES, may_write)
+    if not again:
         return
+    line = advice(again, may_write)
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
-        reporter.write_line(advice(names, may_write))
+        reporter.write_line(line)
     else:
-        print(advice(names, may_write), file=sys.stderr)
+        print(line, file=sys.stderr)
