@@ -7,14 +7,18 @@ run_unit's supervisor (testharness.supervisor) gives each pytest it starts a dir
 
 - `journal.jsonl`, appended by the process that owns the record (pytest, or xdist's
   controller), one JSON object a line: `{"session": {"results_dir", "start", "shard"}}` as
-  the session starts, `{"selected": [node ids]}` once collection is done, and per finished
+  the session starts, `{"selected": [node ids]}` once collection is done, per finished
   test `{"test": node id, "record": <its entry in unit_results.json>, "metrics": {...} |
-  null, "memory": [source, [gpu names]]}` (a rerun appends again: the last line wins).
+  null, "memory": [source, [gpu names]]}` (a rerun appends again: the last line wins),
+  `{"ending": true}` as the session's end (pytest_sessionfinish) begins, and `{"returned":
+  code}` when pytest's main returned (its process has only Python's exit left to do).
   Appends of one short line survive the process dying right after; a torn last line is
   skipped.
 - `running/<pid>.json`: the test each test process (pytest, or an xdist worker) is in:
-  `{"nodeid", "key", "pid", "started", "deadline"}`, `deadline` (epoch seconds) being when
-  its in-process watchdog should have ended it (None: no timeout).
+  `{"nodeid", "key", "pid", "started", "deadline", "around"}`, `deadline` (epoch seconds)
+  being when its in-process watchdog should have ended it (None: no timeout), `around` the
+  test's own outcome once its own fixtures are torn down and only the fixtures around it
+  (module, class, session) are left to tear down (None before).
 - `faults/<pid>.txt`: that process's faulthandler output: the Python stacks of a fatal
   signal, and the dumps the supervisor asks for before it kills a stuck process.
 - `verdicts/<pid>.json`: `{"nodeid", "cause", "stack"}` written by the supervisor before it
@@ -41,6 +45,7 @@ SUPERVISE_DIR_ENV = "TESTHARNESS_SUPERVISE_DIR"  # the directory of these files
 ONLY_ENV = "TESTHARNESS_ONLY_TESTS"  # a JSON list: the node ids a continuation runs
 CARRIED_ENV = "TESTHARNESS_CARRIED"  # what the earlier rounds recorded (Carried)
 SUMMARY_FILE_ENV = "TESTHARNESS_SUMMARY_FILE"  # how the session ended (the tracker writes it)
+SUPERVISOR_PID_ENV = "TESTHARNESS_SUPERVISOR_PID"  # pytest's parent: once it is gone, the run is over
 DUMP_SIGNAL = signal.SIGUSR2  # faulthandler dumps the stacks on it
 
 JOURNAL = "journal.jsonl"
@@ -71,6 +76,13 @@ class Journal:
     selected: list[str] | None = None  # None: it died before collection was done
     finished: dict[str, dict[str, Any]] = field(default_factory=dict)  # node id -> its line
     fresh_process: tuple[str, str] | None = None  # (node id, why): the process ended itself after it
+    ending: bool = False  # the session's end (pytest_sessionfinish) began
+    returned: int | None = None  # what pytest's main returned (None: it never returned)
+
+    def unrecorded(self, recorded: Iterable[str] = ()) -> list[str]:
+        """The selected tests with neither a finished line nor an entry in `recorded`."""
+        done = {*self.finished, *recorded}
+        return [nodeid for nodeid in self.selected or [] if nodeid not in done]
 
 
 def read_journal(directory: Path) -> Journal:
@@ -94,6 +106,10 @@ def read_journal(directory: Path) -> Journal:
             journal.fresh_process = (entry["fresh_process"], str(entry.get("cause", "")))
         elif isinstance(entry.get("test"), str) and isinstance(entry.get("record"), dict):
             journal.finished[entry["test"]] = entry
+        elif entry.get("ending") is True:
+            journal.ending = True
+        elif isinstance(entry.get("returned"), int):
+            journal.returned = entry["returned"]
     return journal
 
 
@@ -107,22 +123,24 @@ class Breadcrumb:
     pid: int
     started: float  # epoch seconds
     deadline: float | None = None
+    around: str | None = None  # the test's outcome, once only the fixtures around it are left to tear down
 
     def as_json(self) -> dict[str, Any]:
         return {"nodeid": self.nodeid, "key": self.key, "pid": self.pid, "started": self.started,
-                "deadline": self.deadline}  # fmt: skip
+                "deadline": self.deadline, "around": self.around}  # fmt: skip
 
     @classmethod
     def from_json(cls, data: Any) -> Breadcrumb | None:
         if not isinstance(data, dict):
             return None
         nodeid, key, pid, started = (data.get(k) for k in ("nodeid", "key", "pid", "started"))
-        deadline = data.get("deadline")
+        deadline, around = data.get("deadline"), data.get("around")
         if not (isinstance(nodeid, str) and isinstance(key, str) and isinstance(pid, int)):
             return None
         if not isinstance(started, (int, float)) or not (deadline is None or isinstance(deadline, (int, float))):
             return None
-        return cls(nodeid, key, pid, float(started), None if deadline is None else float(deadline))
+        return cls(nodeid, key, pid, float(started), None if deadline is None else float(deadline),
+                   around if isinstance(around, str) else None)  # fmt: skip
 
 
 def write_breadcrumb(directory: Path, crumb: Breadcrumb) -> None:
@@ -237,15 +255,69 @@ def sticky_cuda_error(text: str) -> str | None:
     return match.group(0) if match else None
 
 
-def crash_entry(crumb: Breadcrumb, cause: str, stack: str, ended: float) -> dict[str, Any]:
-    """The results-file entry of a test whose process died in it."""
+def crash_entry(
+    crumb: Breadcrumb, cause: str, stack: str, ended: float, earlier: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The results-file entry of a test whose process died in it (`earlier`: its entry from an
+    earlier attempt, a crash that --rerun-failures ran again). A death while only the fixtures
+    around the test were left to tear down is an error at its teardown, as pytest reports a
+    failing module or session fixture teardown."""
+    outcome = (
+        "failed"
+        if crumb.around is None
+        else ("error" if crumb.around in ("passed", "xpassed", "skipped") else crumb.around)
+    )
+    attempts = earlier.get("attempts") if earlier is not None else None
     return {
         "key": crumb.key,
-        "outcome": "failed",
+        "outcome": outcome,
         "duration": round(max(0.0, ended - crumb.started), 6),
-        "attempts": ["failed"],
+        "attempts": [*(attempts if isinstance(attempts, list) else []), outcome],
         "crash": {"cause": cause, "stack": clip(stack)},
     }
+
+
+def where_it_died(crumb: Breadcrumb) -> str:
+    """Where in its test a process died, for the cause: only the fixtures around a test that
+    ended its own part are not the test."""
+    if crumb.around is None:
+        return ""
+    return f", in the teardown of the fixtures around it (module, class or session scope) after the test {crumb.around}"
+
+
+# --- what pytest's exit code means once the journal and the summary are read -------------------
+
+# Exit codes by how bad they are: passed < nothing collected < failed < interrupted < usage
+# error < internal error < anything else (a signal, a code pytest never returns).
+_SEVERITY = {0: 0, 5: 1, 1: 2, 2: 3, 4: 4, 3: 5}
+INTERNAL_ERROR = 3
+
+
+def worse(a: int, b: int) -> int:
+    """The worse of two exit codes (a signal's negative code is worse than any of pytest's)."""
+    return a if _SEVERITY.get(a, 6) >= _SEVERITY.get(b, 6) else b
+
+
+def round_marker(directory: Path) -> str:
+    """The `NAME=VALUE` every process a supervised pytest starts carries in its environment
+    (inherited), so that those it leaves behind are found whoever their parent is now."""
+    return f"{SUPERVISE_DIR_ENV}={directory}"
+
+
+def supervisor_gone(environ: Mapping[str, str]) -> bool:
+    """Whether the supervisor named in this process's environment is gone: the run is over, and
+    what this process would write now could land among a later run's files. (Its parent-death
+    signal ends pytest with it on Linux; this covers the rest.)"""
+    pid = environ.get(SUPERVISOR_PID_ENV, "")
+    if not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 # --- what the rounds of one run recorded -------------------------------------------------------
@@ -282,6 +354,29 @@ class Carried:
     def as_json(self) -> dict[str, Any]:
         return {"start": self.start, "tests": self.tests, "metrics": self.metrics,
                 "memory_source": self.memory_source, "gpu_names": sorted(self.gpu_names)}  # fmt: skip
+
+    @classmethod
+    def from_record(cls, document: Mapping[str, Any]) -> Carried:
+        """What a finished session recorded (its results document), handed on to a round that
+        runs some of its tests again."""
+        tests, found = document.get("tests"), document.get("metrics")
+        names, source = document.get("gpu_types"), document.get("memory_source")
+        return cls(
+            start=str(document.get("start_time", "")),
+            tests={k: dict(v) for k, v in tests.items() if isinstance(v, dict)} if isinstance(tests, dict) else {},
+            metrics={k: dict(v) for k, v in found.items() if isinstance(v, dict)} if isinstance(found, dict) else {},
+            memory_source=source if isinstance(source, str) else "none",
+            gpu_names={n for n in names if isinstance(n, str)} if isinstance(names, list) else set(),
+        )
+
+    def to_rerun(self, reruns: int) -> list[str]:
+        """The tests that crashed their process (not merely failed: pytest-rerunfailures reran
+        those) with reruns left of `reruns`."""
+        return [
+            nodeid
+            for nodeid, entry in self.tests.items()
+            if entry.get("crash") and entry.get("outcome") == "failed" and len(entry.get("attempts", [])) <= reruns
+        ]
 
     @classmethod
     def read(cls, path: Path) -> Carried:

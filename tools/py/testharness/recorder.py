@@ -33,7 +33,7 @@ import pytest
 
 from testharness import gpu, metrics, real_ray, results
 from testharness.contract import get_extra, is_xdist_worker, put_extra, settings_of
-from testharness.crash_record import SUMMARY_FILE_ENV  # the summary: run_unit reads it
+from testharness.crash_record import SUMMARY_FILE_ENV, supervisor_gone  # the summary: run_unit reads it
 from testharness.history import RESULTS_DIR_ENV, sent_results_dir
 from testharness.settings import Settings, session_in_scope
 
@@ -206,6 +206,7 @@ def _write_summary(session: pytest.Session, st: RecordState) -> None:
         "collected": session.testscollected,
         "deselected": st.deselected,
         "results": str(st.paths[0]) if st.paths else None,
+        "results_copy": str(st.paths[1]) if st.paths else None,
         "results_error": st.write_error or None,
         "stopped": st.stopped,
     }
@@ -241,6 +242,9 @@ def _fail_write(session: pytest.Session, st: RecordState, reason: str) -> None:
 
 def _write(session: pytest.Session, st: RecordState) -> None:
     if not _owns_the_record(session, st):
+        return
+    if supervisor_gone(os.environ):  # run_unit ended (killed): a later run's files may be there now
+        print("testharness: run_unit, which started this pytest, is gone: no record written", file=sys.stderr)
         return
     for nodeid in list(st.pending):  # an attempt cut short (Ctrl-C, crash) has no teardown
         outcome, dur = st.pending[nodeid]

@@ -11,6 +11,13 @@ the record journals the session, the selection and each finished test. A continu
 reach, and takes what the earlier rounds recorded (TESTHARNESS_CARRIED) into its record.
 Under -n the report of a test that killed its worker gets the worker's fatal stack, or the
 supervisor's verdict when it killed a stuck worker (`report.testharness_crash`).
+
+The journal also says where pytest was should it die outside a test: the session's end began
+(`ending`), its main returned (`returned`: only Python's exit, atexit handlers and threads,
+are left), and each breadcrumb says when only the fixtures around its test are left to tear
+down (`around`): a module or session fixture that kills the process is not the test's crash.
+A continuation round gives a test that crashed and that --rerun-failures may run again the
+reruns it has left (a `flaky` marker, which pytest-rerunfailures reads before --reruns).
 """
 
 from __future__ import annotations
@@ -37,19 +44,65 @@ FRESH_PROCESS_EXIT = 75  # ends a process whose CUDA context a test made unusabl
 
 # One test at a time per process: the breadcrumb in progress, for set_deadline.
 _CURRENT: tuple[Path, crash_record.Breadcrumb] | None = None
+_MAIN_DEPTH = 0  # pytest mains running in this process (pytester's in-process runs nest)
+_FAULT_FILE: IO[str] | None = None  # this process's faulthandler file (kept open: it writes to the descriptor)
+
+
+def _fault_file(directory: Path) -> IO[str]:
+    """This process's faulthandler file in the round's directory, opened once (appended to)."""
+    global _FAULT_FILE
+    path = crash_record.fault_path(directory, os.getpid())
+    if _FAULT_FILE is None or _FAULT_FILE.name != str(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _FAULT_FILE = open(path, "a", encoding="utf-8")  # noqa: SIM115
+    return _FAULT_FILE
+
+
+def _watch_the_start() -> None:
+    """As the plugin is imported (before any conftest.py: an entry point): a fatal error while
+    conftest files and plugins load has its stack in the round's file (pytest's own
+    faulthandler starts at configure, and its capture hides stderr before that)."""
+    directory = os.environ.get(SUPERVISE_DIR_ENV)
+    if directory and not faulthandler.is_enabled():
+        with contextlib.suppress(OSError):
+            faulthandler.enable(file=_fault_file(Path(directory)), all_threads=True)
+
+
+_watch_the_start()
 
 
 def set_deadline(seconds: float | None) -> None:
     """The watchdog of the test in progress was (re)armed to fire in `seconds` (None: off).
     The supervisor ends this process when it is still in that test some seconds after that:
     the watchdog could not run (a C call holding the GIL, signals blocked)."""
+    _update_breadcrumb(deadline=None if seconds is None else time.time() + seconds)
+
+
+def _update_breadcrumb(**changes: Any) -> None:
     global _CURRENT
     if _CURRENT is None or _CURRENT[1].pid != os.getpid():
         return
     directory, crumb = _CURRENT
-    _CURRENT = (directory, dataclasses.replace(crumb, deadline=None if seconds is None else time.time() + seconds))
+    _CURRENT = (directory, dataclasses.replace(crumb, **changes))
     with contextlib.suppress(OSError):
         crash_record.write_breadcrumb(directory, _CURRENT[1])
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> Generator[None, Any, Any]:
+    """Journal what pytest's main returned: after it, only Python's exit (atexit handlers, the
+    wait for threads left running) stands between the session's status and the exit code."""
+    global _MAIN_DEPTH
+    _MAIN_DEPTH += 1
+    try:
+        code = yield
+    finally:
+        _MAIN_DEPTH -= 1
+    directory = os.environ.get(SUPERVISE_DIR_ENV)
+    if directory and _MAIN_DEPTH == 0 and not is_xdist_worker(config) and isinstance(code, int):
+        with contextlib.suppress(OSError):
+            crash_record.append_line(Path(directory) / crash_record.JOURNAL, {"returned": int(code)})
+    return code
 
 
 @pytest.hookimpl(trylast=True)  # after the tracker's: its state is in the config
@@ -68,6 +121,8 @@ class _Supervised:
         self.fault_file: IO[str] | None = None
         self.selected_written = False
         self.poisoned: str | None = None  # a sticky CUDA error a test left in this process
+        self.own_fixtures = 0  # function-scoped fixtures of the test in progress not torn down yet
+        self.tearing_down: pytest.Item | None = None  # the test whose teardown leaves its scopes
         only, carried = os.environ.get(ONLY_ENV), os.environ.get(CARRIED_ENV)
         self.only = frozenset(json.loads(Path(only).read_text(encoding="utf-8"))) if only else None
         # What earlier rounds recorded: taken into this session's record by its owner.
@@ -75,7 +130,8 @@ class _Supervised:
 
     def _journal(self, entry: dict[str, Any]) -> None:
         if self.owner and os.getpid() == self.pid:
-            crash_record.append_line(self.dir / crash_record.JOURNAL, entry)
+            with contextlib.suppress(OSError):  # a full disk: the record says so, not a crash in a hook
+                crash_record.append_line(self.dir / crash_record.JOURNAL, entry)
 
     @pytest.hookimpl(trylast=True)  # after the tracker's: its start and results dir are set
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -85,7 +141,7 @@ class _Supervised:
         # `-n N` run with nothing for workers to do into an in-process one.
         if not is_xdist_controller(self.config):
             # Kept open for the life of the process: faulthandler writes to its descriptor.
-            self.fault_file = open(crash_record.fault_path(self.dir, self.pid), "w", encoding="utf-8")  # noqa: SIM115
+            self.fault_file = _fault_file(self.dir)
             faulthandler.enable(file=self.fault_file, all_threads=True)
             if signal.getsignal(DUMP_SIGNAL) == signal.SIG_DFL:
                 faulthandler.register(DUMP_SIGNAL, file=self.fault_file, all_threads=True)
@@ -108,7 +164,23 @@ class _Supervised:
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = keep
+        self._reruns_left(items)
         return result
+
+    def _reruns_left(self, items: list[pytest.Item]) -> None:
+        """A crashed test run again (--rerun-failures) gets the reruns its crashes left it."""
+        reruns = self.config.getoption("reruns", None)
+        if (
+            self.carried is None
+            or not isinstance(reruns, int)
+            or not self.config.pluginmanager.has_plugin("rerunfailures")
+        ):
+            return
+        for item in items:
+            entry = self.carried.tests.get(item.nodeid)
+            if entry is not None:
+                left = max(0, reruns - len(entry.get("attempts", [])))  # attempts so far count against it
+                item.add_marker(pytest.mark.flaky(reruns=left), append=False)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         if not is_xdist_worker(self.config):
@@ -138,6 +210,35 @@ class _Supervised:
             self._journal({"fresh_process": item.nodeid, "cause": self.poisoned})
             os._exit(FRESH_PROCESS_EXIT)
         return result
+
+    # Where a process dies in a test's teardown: in the test's own fixtures (its crash), or in
+    # the module, class or session fixtures around it, torn down after the last test inside them.
+    @pytest.hookimpl(wrapper=True)
+    def pytest_fixture_setup(self, fixturedef: pytest.FixtureDef[Any]) -> Generator[None, Any, Any]:
+        if fixturedef.scope == "function":
+            self.own_fixtures += 1  # counted before it runs: its teardown is registered already
+        return (yield)
+
+    def pytest_fixture_post_finalizer(self, fixturedef: pytest.FixtureDef[Any]) -> None:
+        if fixturedef.scope == "function":
+            self.own_fixtures = max(0, self.own_fixtures - 1)
+            if self.own_fixtures == 0 and self.tearing_down is not None:
+                self._only_around_left(self.tearing_down)
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_teardown(self, item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, Any, Any]:
+        if nextitem is None or nextitem.listchain()[:-1] != item.listchain()[:-1]:
+            self.tearing_down = item  # this teardown leaves a module, class or the session
+            if self.own_fixtures == 0:
+                self._only_around_left(item)
+        try:
+            return (yield)
+        finally:
+            self.tearing_down, self.own_fixtures = None, 0
+
+    def _only_around_left(self, item: pytest.Item) -> None:
+        pending = recorder.state_of(self.config).pending.get(item.nodeid)
+        _update_breadcrumb(around=pending[0] if pending is not None else "passed")
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
@@ -175,11 +276,16 @@ class _Supervised:
         stack = crash_record.read_fault(self.dir, crumb.pid)
         fatal = crash_record.fault_cause(stack)
         cause = f"its xdist worker died: {fatal}" if fatal else "its xdist worker died (os._exit, or killed)"
-        return {"cause": cause, "stack": stack}
+        return {"cause": cause + crash_record.where_it_died(crumb), "stack": stack}
 
+    @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        # A test an earlier round lost with its process failed this run.
-        lost = self.carried is not None and self.carried.failed()
+        self._journal({"ending": True})  # a death from here on (a conftest's session end) is in no test
+        # A test an earlier round lost with its process failed this run, unless a rerun passed.
+        if self.carried is None:
+            return
+        tests = recorder.state_of(self.config).tests
+        lost = any(tests[n].outcome in ("failed", "error") for n in self.carried.tests if n in tests)
         if lost and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 

@@ -11,12 +11,23 @@ test does to its process.
   frames included; else faulthandler's dump on SIGUSR2), kills it, and records the test as
   timed out with the dump. Serially the run goes on as above; under -n the process is an xdist
   worker, and xdist goes on with a fresh one.
+- A pytest whose session ended but whose process does not (a thread left running, an atexit
+  handler that waits): past a deadline its stacks are shown and it is ended; the run's result
+  stands as its record says.
+- Its exit code is checked against what the session recorded and how far the journal got: a
+  pytest that exits 0 without having run its session, or after a session that failed, never
+  makes the run pass; one that died outside any test (a conftest's import, a session-end hook)
+  ends the run with 3 and says where.
+- pytest dies with the supervisor (Linux's parent-death signal), and after each round every
+  process the round started that is still alive (found by the round's marker in its
+  environment, or as part of the Ray cluster it started) is ended and named.
 Files between the plugin and the supervisor: testharness.crash_record.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import itertools
 import json
 import os
@@ -34,15 +45,25 @@ from testharness import crash_record, metrics, results
 from testharness.crash_record import (
     CARRIED_ENV,
     DUMP_SIGNAL,
+    INTERNAL_ERROR,
     ONLY_ENV,
     SUMMARY_FILE_ENV,
     SUPERVISE_DIR_ENV,
+    SUPERVISOR_PID_ENV,
     Carried,
 )
 
 GRACE_S = 5.0  # past a watchdog's deadline: it would have run by now, were it able to
 POLL_S = 0.5
 PYSPY_TIMEOUT_S = 30.0
+# From pytest's main returning to its process's end only Python's exit is left (atexit
+# handlers, Ray's shutdown among them; the wait for threads): seconds, even on a busy machine.
+EXIT_GRACE_S = 20.0
+# From the session's summary to pytest's main returning: the terminal summary, coverage's
+# report, the end-of-run sweep of leftover processes.
+SESSION_END_GRACE_S = 120.0
+LEFTOVER_GRACE_S = 3.0  # a process the round left behind: SIGTERM, then SIGKILL after this
+USAGE_ERROR = 4
 # Arguments after which a failure ends the run: a crash is one, so nothing goes on after it.
 STOP_AT_FAILURE = ("-x", "--exitfirst", "--sw", "--stepwise", "--maxfail=1")
 
@@ -62,12 +83,16 @@ class _Round:
     main_pid: int = 0
     born: float = 0.0  # when pytest started (epoch seconds)
     killed: dict[int, dict[str, str]] = field(default_factory=dict)  # pid -> verdict
+    summary_seen: float | None = None  # (monotonic) when its session's summary was first seen
+    returned_seen: float | None = None  # ... and the journal's line that its main returned
+    ended_late: bool = False  # it outlived its session's end past the deadline: we ended it
 
     def started(self, pid: int) -> None:
         self.main_pid, self.born = pid, time.time() - 1.0  # create_time is rounded: a margin
 
     def enforce(self) -> None:
         _enforce(self)
+        _exit_deadline(self, time.monotonic())
 
 
 def _say(line: str) -> None:
@@ -84,14 +109,16 @@ def read_summary(path: Path) -> dict[str, Any] | None:
 
 def supervise(cmd: list[str], env: dict[str, str], tmp: Path) -> Outcome:
     """Run pytest (`cmd`) until every selected test has an outcome: again on the tests not yet
-    run each time a test kills its process."""
+    run each time a test kills its process (first the crashed ones --rerun-failures may run again)."""
     carried = Carried()
     only: list[str] | None = None
     stop_at_failure = any(a in STOP_AT_FAILURE for a in cmd)
+    reruns = reruns_of(cmd)
     for n in itertools.count(1):
         rnd = _Round(tmp / f"round{n}")
         rnd.directory.mkdir(parents=True)
-        renv = {**env, SUPERVISE_DIR_ENV: str(rnd.directory), SUMMARY_FILE_ENV: str(rnd.directory / "summary.json")}
+        renv = {**env, SUPERVISE_DIR_ENV: str(rnd.directory), SUMMARY_FILE_ENV: str(rnd.directory / "summary.json"),
+                SUPERVISOR_PID_ENV: str(os.getpid())}  # fmt: skip
         if only is not None:
             (tmp / "only.json").write_text(json.dumps(only), encoding="utf-8")
             renv[ONLY_ENV] = str(tmp / "only.json")
@@ -100,33 +127,175 @@ def supervise(cmd: list[str], env: dict[str, str], tmp: Path) -> Outcome:
             renv[CARRIED_ENV] = str(tmp / "carried.json")
         code, stopped_by = run_forwarding_signals(cmd, renv, on_start=rnd.started, on_tick=rnd.enforce)
         summary = read_summary(rnd.directory / "summary.json")
-        if summary is not None or stopped_by is not None:
-            return Outcome(code, stopped_by, summary)  # pytest ended its session, or we were stopped
-        sweep_ray_of(rnd.main_pid, rnd.born)
         journal = crash_record.read_journal(rnd.directory)
-        if not journal.session:
-            return Outcome(code, None, None)  # no session started: pytest refused its arguments or config
-        carried.add_journal(journal)
-        dead = _blame(rnd, journal, code, carried)
+        crashed = summary is None and stopped_by is None and bool(journal.session)
+        if crashed:
+            carried.add_journal(journal)
+            dead = _blame(rnd, journal, code, carried)
+        sweep_round(rnd)  # before the next round, after the crash is named
+        if summary is not None:  # pytest ended its session
+            outcome = _session_ended(code, stopped_by, summary, journal, carried, rnd)
+            rerun = _crashed_workers_to_rerun(outcome, reruns) if stopped_by is None else None
+            if rerun is None:
+                return outcome
+            carried, only = rerun
+            _say(f"run_unit: running {len(only)} test(s) that crashed their xdist worker again "
+                 f"(--rerun-failures {reruns}) in a fresh pytest")  # fmt: skip
+            continue
+        if stopped_by is not None:
+            return Outcome(code, stopped_by, None)
+        if not crashed:
+            return _no_session(code, journal, rnd)
         if journal.selected is None:
-            _say(f"run_unit: pytest died before its tests were collected ({crash_record.exit_cause(code)})")
-            return Outcome(3, None, None)
+            return _died("before its tests were collected", code, rnd)
         remaining = [nodeid for nodeid in journal.selected if nodeid not in carried.tests]
         if journal.fresh_process is not None:
             nodeid, cause = journal.fresh_process
             _say(f"run_unit: {nodeid} left the test process's CUDA context unusable ({cause}); "
                  "the tests after it run in a fresh process")  # fmt: skip
+        if not dead and not remaining and journal.fresh_process is None:
+            # Every selected test has its outcome: pytest died in its session's end.
+            where = "in its session's end (a pytest_sessionfinish hook)" if journal.ending else "after its last test"
+            outcome = _died(f"{where}, after all {len(journal.selected)} selected tests finished", code, rnd)
+            return _write_record(
+                journal, carried, INTERNAL_ERROR, {**(outcome.summary or {}), "exit_status": int(carried.failed())}
+            )
         if remaining and not dead and not journal.finished:
             cause = crash_record.exit_cause(code)
             _say(f"run_unit: pytest died outside any test ({cause}); {len(remaining)} test(s) not run")
             for nodeid in remaining:  # no progress to build on: they stay in the record, not run
                 carried.tests[nodeid] = _not_run(nodeid, cause)
-            remaining = []
-        if not remaining or stop_at_failure:
-            return _write_record(journal, carried)
-        _say(f"run_unit: going on with the {len(remaining)} test(s) not run yet")
-        only = remaining
+            return _write_record(journal, carried, INTERNAL_ERROR, None)
+        again = [n for n in carried.to_rerun(reruns) if n in dead]
+        if (not remaining and not again) or stop_at_failure:
+            return _write_record(journal, carried, 1, None)
+        if again:
+            _say(f"run_unit: running {len(again)} crashed test(s) again (--rerun-failures {reruns}) in a fresh pytest")
+        if remaining:
+            _say(f"run_unit: going on with the {len(remaining)} test(s) not run yet")
+        only = [*again, *remaining]
     raise AssertionError("itertools.count never ends")
+
+
+def _crashed_workers_to_rerun(outcome: Outcome, reruns: int) -> tuple[Carried, list[str]] | None:
+    """Under -n a crash ends an xdist worker, not the session: the tests that crashed theirs and
+    may run again (--rerun-failures) do so in a fresh round, which writes the run's one record
+    (this round's files are removed: ONE record per run)."""
+    summary = outcome.summary or {}
+    paths = [Path(p) for p in (summary.get("results"), summary.get("results_copy")) if isinstance(p, str)]
+    if not reruns or outcome.code not in (0, 1) or not paths:
+        return None
+    try:
+        carried = Carried.from_record(json.loads(paths[0].read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return None
+    again = carried.to_rerun(reruns)
+    if not again:
+        return None
+    results.remove_files(paths)
+    return carried, again
+
+
+def reruns_of(cmd: Sequence[str]) -> int:
+    """The --reruns N that pytest-rerunfailures gets (run_unit's --rerun-failures N), else 0."""
+    for i, arg in enumerate(cmd):
+        value = (
+            arg.partition("=")[2]
+            if arg.startswith("--reruns=")
+            else cmd[i + 1]
+            if arg == "--reruns" and i + 1 < len(cmd)
+            else ""
+        )
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def _how(code: int) -> str:
+    """How a process ended outside any test, from its exit code."""
+    if code < 0:
+        return crash_record.exit_cause(code)
+    return f"it exited with code {code}"
+
+
+def _died(where: str, code: int, rnd: _Round) -> Outcome:
+    """pytest died outside any test: one line says where and how, with the stack faulthandler
+    wrote (the crashed thread); the run ends with 3."""
+    stack = crash_record.read_fault(rnd.directory, rnd.main_pid)
+    fatal = crash_record.fault_cause(stack)
+    line = f"pytest died {where} ({_how(code)}{': ' + fatal if fatal else ''})"
+    if stack and fatal:
+        _say("\n".join("    " + text for text in crash_record.crashed_thread(stack)))
+    return Outcome(INTERNAL_ERROR, None, {"died": line})
+
+
+def _no_session(code: int, journal: crash_record.Journal, rnd: _Round) -> Outcome:
+    """pytest ended before a session started: its own answer (--version, --markers, a refused
+    argument), or a death while plugins and conftest.py files were loaded (os._exit, a crash)."""
+    if journal.returned is not None:
+        return Outcome(crash_record.worse(code, journal.returned), None, None)
+    if code == USAGE_ERROR:  # pytest refused its arguments or configuration before its main ran
+        return Outcome(code, None, None)
+    return _died("before its tests were collected, while loading its plugins and conftest.py files", code, rnd)
+
+
+def reconcile(code: int, returned: int | None, session_status: int, ended_late: bool) -> tuple[int, str | None]:
+    """(the exit code the run stands on, why pytest's own is not it) once pytest's session
+    ended: what its main returned (None: it died before), what its session recorded, and
+    whether the supervisor ended it for outliving its session (its record stands)."""
+    if ended_late:
+        return session_status, None
+    if returned is None:
+        return INTERNAL_ERROR, f"pytest died after its session ended ({_how(code)})"
+    if code == returned:
+        return code, None
+    if crash_record.worse(code, returned) == returned:  # e.g. os._exit(0) in an atexit handler
+        return returned, (f"pytest's process exited with {code} after its session ended with {returned} "
+                          f"(an atexit handler or os._exit): the session's status stands")  # fmt: skip
+    return (
+        INTERNAL_ERROR,
+        f"pytest's process ended after its session ({_how(code)}) although its session ended with {returned}",
+    )
+
+
+def _session_ended(
+    code: int, stopped_by: str | None, summary: dict[str, Any], journal: crash_record.Journal, carried: Carried,
+    rnd: _Round,
+) -> Outcome:  # fmt: skip
+    """The round's pytest ended its session: the run's status is the worse of its exit code,
+    what its session recorded, and what the journal saw; the record is amended to match."""
+    recorded = summary.get("exit_status")
+    session_status = recorded if isinstance(recorded, int) and not isinstance(recorded, bool) else code
+    if stopped_by is not None and summary.get("stopped") is not None:
+        return Outcome(code, stopped_by, summary)  # stopped as asked: "interrupted"
+    status, why = reconcile(code, journal.returned, session_status, rnd.ended_late)
+    if status == 0 and journal.selected is not None:
+        missing = journal.unrecorded(carried.tests)
+        if missing:
+            status = INTERNAL_ERROR
+            why = f"{len(missing)} selected test(s) have no outcome, e.g. {missing[0]} (pytest ended without running them)"
+    if why is not None:
+        if status == INTERNAL_ERROR:
+            summary = {**summary, "died": why}
+        else:
+            _say(f"run_unit: {why}")
+    if status != session_status:
+        _amend_record(summary, status)
+    return Outcome(status, stopped_by, summary)
+
+
+def _amend_record(summary: dict[str, Any], status: int) -> None:
+    """The record pytest wrote states the status the run ends with (one writer before: pytest;
+    the supervisor only corrects `exit_status`)."""
+    paths = [Path(p) for p in (summary.get("results"), summary.get("results_copy")) if isinstance(p, str)]
+    if not paths:
+        return
+    try:
+        document = json.loads(paths[0].read_text(encoding="utf-8"))
+        document["exit_status"] = status
+        results.rewrite_results(paths, document)
+    except (OSError, ValueError, TypeError, results.ResultsWriteError) as exc:
+        _say(f"run_unit: could not set exit_status {status} in {paths[0]}: {exc}")
 
 
 def _not_run(nodeid: str, cause: str) -> dict[str, Any]:
@@ -139,7 +308,7 @@ def _blame(rnd: _Round, journal: crash_record.Journal, code: int, carried: Carri
     ended = time.time()
     dead = []
     for crumb in crash_record.read_breadcrumbs(rnd.directory):
-        if crumb.nodeid in journal.finished or crumb.nodeid in carried.tests:
+        if crumb.nodeid in journal.finished:  # (this round's crumbs only: its own directory)
             continue  # a worker crash xdist reported, or a process that ended between tests
         verdict = rnd.killed.get(crumb.pid)
         stack = verdict["stack"] if verdict is not None else crash_record.read_fault(rnd.directory, crumb.pid)
@@ -150,7 +319,10 @@ def _blame(rnd: _Round, journal: crash_record.Journal, code: int, carried: Carri
             cause = crash_record.exit_cause(code) + (f": {fatal}" if fatal else "")
         else:
             cause = f"pytest died ({crash_record.exit_cause(code)}) while its xdist worker ran it"
-        carried.tests[crumb.nodeid] = crash_record.crash_entry(crumb, cause, stack, ended)
+        cause += crash_record.where_it_died(crumb)
+        carried.tests[crumb.nodeid] = crash_record.crash_entry(
+            crumb, cause, stack, ended, carried.tests.get(crumb.nodeid)
+        )
         dead.append(crumb.nodeid)
         _say(f"run_unit: CRASHED: {crumb.nodeid}: {cause}")
         if stack:
@@ -158,16 +330,19 @@ def _blame(rnd: _Round, journal: crash_record.Journal, code: int, carried: Carri
     return dead
 
 
-def _write_record(journal: crash_record.Journal, carried: Carried) -> Outcome:
-    """No pytest is left to write the record: write it here, as the tracker would have."""
+def _write_record(
+    journal: crash_record.Journal, carried: Carried, status: int, summary: dict[str, Any] | None
+) -> Outcome:
+    """No pytest is left to write the record: write it here, as the tracker would have, with
+    the status the run ends with (1: a test crashed; 3: pytest died outside any test)."""
     target = journal.session.get("results_dir")
     if not isinstance(target, str):
-        return Outcome(1, None, None)  # the run writes no record (not on the test roots, no config)
+        return Outcome(status, None, summary)  # the run writes no record (not on the test roots, no config)
     start = datetime.strptime(carried.start, results.START_TIME_FORMAT) if carried.start else datetime.now()
     root = Path(str(journal.session.get("root", ".")))
     shard = journal.session.get("shard")
     document = results.build_results(
-        exit_status=1,
+        exit_status=status,
         git_commit=results.git_commit(root),
         start=start,
         metrics=carried.metrics,
@@ -180,9 +355,10 @@ def _write_record(journal: crash_record.Journal, carried: Carried) -> Outcome:
     try:
         latest, _dated = results.write_results(Path(target), document, start)
     except results.ResultsWriteError as exc:
-        summary: dict[str, Any] = {"results_error": str(exc), "tests_exit_status": 1}
-        return Outcome(3, None, summary)
-    return Outcome(1, None, {"results": str(latest)})
+        return Outcome(
+            INTERNAL_ERROR, None, {**(summary or {}), "results_error": str(exc), "tests_exit_status": status}
+        )
+    return Outcome(status, None, {"exit_status": status, **(summary or {}), "results": str(latest)})
 
 
 # --- a test stuck where its watchdog cannot reach ------------------------------------------------
@@ -258,16 +434,66 @@ def _kill_tree(pid: int) -> None:
     psutil.wait_procs(procs, timeout=5)
 
 
-def sweep_ray_of(pid: int, born: float) -> None:
-    """The Ray cluster a dead pytest started outlives it: end it before the next round."""
+def _exit_deadline(rnd: _Round, now: float) -> None:
+    """End a pytest whose session is over but whose process does not end (a thread left
+    running that Python's exit waits for, an atexit handler that waits): its stacks first."""
+    if rnd.ended_late or rnd.main_pid == 0:
+        return
+    if rnd.summary_seen is None:
+        if not (rnd.directory / "summary.json").exists():
+            return
+        rnd.summary_seen = now
+    if rnd.returned_seen is None and crash_record.read_journal(rnd.directory).returned is not None:
+        rnd.returned_seen = now
+    limit, since, what = (
+        (EXIT_GRACE_S, rnd.returned_seen, "its main returned")
+        if rnd.returned_seen is not None
+        else (SESSION_END_GRACE_S, rnd.summary_seen, "its session ended")
+    )
+    if now - since < limit or not _alive(rnd.main_pid):
+        return
+    rnd.ended_late = True
+    _say(f"run_unit: pytest (pid {rnd.main_pid}) has not exited {limit:.0f} s after {what}: something keeps "
+         "it alive (a thread left running, an atexit handler that waits); its stacks:")  # fmt: skip
+    stack = dump_stacks(rnd.directory, rnd.main_pid)
+    _say("\n".join("    " + line for line in stack.splitlines()[:80]))
+    _say("run_unit: ending it; the run's result stands as its record says")
+    _kill_tree(rnd.main_pid)
+
+
+def sweep_round(rnd: _Round) -> None:
+    """End every process the round's pytest started that is still alive, whoever its parent is
+    now (a child started in a new session, a Ray cluster a crash left): SIGTERM, then SIGKILL.
+    Each is named; after a clean end the plugin's own sweep has usually left none."""
     import psutil
 
     from testharness.interrupts import ray_cluster_processes
 
-    procs = ray_cluster_processes(pid, born)
-    for p in procs:
-        with contextlib.suppress(psutil.Error):  # already gone
-            p.kill()
+    marker = crash_record.round_marker(rnd.directory).encode()
+    found: dict[int, Any] = {}
+    for proc in psutil.process_iter():
+        if proc.pid == os.getpid():
+            continue
+        with contextlib.suppress(OSError, psutil.Error):
+            with open(f"/proc/{proc.pid}/environ", "rb") as fh:
+                if marker + b"\0" in fh.read() + b"\0":
+                    found[proc.pid] = proc
+    if rnd.main_pid:
+        found.update((p.pid, p) for p in ray_cluster_processes(rnd.main_pid, rnd.born))
+    names = []
+    for proc in found.values():
+        with contextlib.suppress(psutil.Error):
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            names.append(f"{proc.name()} (pid {proc.pid})")
+            proc.terminate()
+    if not names:
+        return
+    _gone, alive = psutil.wait_procs(list(found.values()), timeout=LEFTOVER_GRACE_S)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    _say(f"run_unit: stopped {len(names)} process(es) that pytest left behind: {', '.join(names)}")
 
 
 # --- signals ------------------------------------------------------------------------------
@@ -285,6 +511,28 @@ def _terminal_sent_it_to_the_child() -> bool:
         return False
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with(parent: int) -> Callable[[], None] | None:
+    """What pytest's process runs before its exec: SIGKILL when `parent` (the supervisor) dies,
+    so no pytest goes on alone and writes its record after the run ended (Linux's
+    PR_SET_PDEATHSIG; elsewhere the recorder's check that its supervisor lives stands in)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork
+    except (OSError, AttributeError):
+        return None
+
+    def set_parent_death_signal() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent:  # the supervisor died before the signal was set
+            os._exit(1)
+
+    return set_parent_death_signal
+
+
 def run_forwarding_signals(
     cmd: Sequence[str],
     env: dict[str, str],
@@ -294,7 +542,7 @@ def run_forwarding_signals(
     """Run pytest; SIGINT/SIGTERM/SIGHUP sent to this process are passed on to it, and we wait
     for it to finish (its results file included), calling `on_tick` every POLL_S.
     (exit code, name of the first stop signal)."""
-    proc = subprocess.Popen(list(cmd), env=env)
+    proc = subprocess.Popen(list(cmd), env=env, preexec_fn=_die_with(os.getpid()))  # noqa: PLW1509
     if on_start is not None:
         on_start(proc.pid)
     received: list[int] = []

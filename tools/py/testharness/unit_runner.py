@@ -89,6 +89,17 @@ def parse_args(argv: list[str]) -> Plan:
             if not value.isdigit():
                 raise UsageError(f"--rerun-failures needs a whole number >= 0, got {value!r}")
             plan.pytest_args += ["--reruns", value]
+        elif arg in ("-n", "--numprocesses") or arg.startswith("--numprocesses=") or arg[:2] == "-n":
+            # pytest-xdist takes -n -1, which the plan first ran as no workers and then every
+            # test in-process: a whole number, auto or logical, else refused here.
+            if arg in ("-n", "--numprocesses"):
+                i += 1
+                value = argv[i] if i < len(argv) else ""
+            else:
+                value = arg.partition("=")[2] if arg.startswith("--") else arg[2:].removeprefix("=")
+            if not (value.isdigit() or value in ("auto", "logical")):
+                raise UsageError(f"-n needs a number of workers (0 or more), auto or logical, got {value!r}")
+            plan.pytest_args += ["-n", value]
         else:
             plan.pytest_args.append(arg)
         i += 1
@@ -259,13 +270,21 @@ def interpret_exit(code: int, summary: dict[str, object] | None, stopped_by: str
     (recorder._write_summary): where the results went or why they could not be written, what
     stopped the session, what was collected."""
     error = _text(summary, "results_error")
-    if error is not None:  # the plugin made pytest exit INTERNAL_ERROR; say what the tests did too
-        tests = summary.get("tests_exit_status") if summary else None
-        tests_code = tests if isinstance(tests, int) and not isinstance(tests, bool) else code
-        _status, line = _tests_line(tests_code, summary, stopped_by)
-        tests_said = line.removeprefix("run_unit: ").removeprefix("FAILED: ")
-        return INTERNAL_ERROR, f"run_unit: FAILED: no results were written ({error}); the tests: {tests_said}"
+    died = _text(summary, "died")
+    if error is not None or died is not None:  # exit 3 whatever the tests did: say what they did too
+        tests = summary.get("tests_exit_status" if error is not None else "exit_status") if summary else None
+        tests_code = tests if isinstance(tests, int) and not isinstance(tests, bool) else None
+        said = "; the tests: " + _tests_said(tests_code, summary, stopped_by) if tests_code is not None else ""
+        if error is not None:
+            said = f" ({error}){said}" + (f"; {died}" if died else "")
+            return INTERNAL_ERROR, f"run_unit: FAILED: no results were written{said}"
+        return INTERNAL_ERROR, f"run_unit: FAILED: {died}{said}"
     return _tests_line(code, summary, stopped_by)
+
+
+def _tests_said(code: int, summary: dict[str, object] | None, stopped_by: str | None) -> str:
+    _status, line = _tests_line(code, summary, stopped_by)
+    return line.removeprefix("run_unit: ").removeprefix("FAILED: ")
 
 
 def _stopped_early(summary: dict[str, object] | None, where: str) -> str:
@@ -296,6 +315,15 @@ def _stopped_early(summary: dict[str, object] | None, where: str) -> str:
 def _tests_line(code: int, summary: dict[str, object] | None, stopped_by: str | None) -> tuple[int, str]:
     results = _text(summary, "results")
     where = f"; results of the tests that ran: {results}" if results else ""
+    if (
+        stopped_by is not None
+        and summary is not None
+        and summary.get("stopped") is None
+        and code in (OK, TESTS_FAILED, NO_TESTS)
+    ):
+        # The session ran to its end: a test or library swallowed the signal (its own handler).
+        _status, line = _tests_line(code, summary, None)
+        return _status, f"{line} ({stopped_by} reached the run but stopped nothing: a test or library caught it)"
     if stopped_by is not None or code < 0:
         name = stopped_by or signal.Signals(-code).name
         return INTERRUPTED, f"run_unit: interrupted by {name}{where}"
@@ -346,8 +374,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         plan = parse_args(argv)
-    except UsageError as exc:
-        print(f"run_unit: {exc}\n{usage(settings.marker_groups)}", file=sys.stderr)
+    except UsageError as exc:  # the reason last: the line a user sees at the end of the output
+        print(f"{usage(settings.marker_groups)}\nrun_unit: {exc}", file=sys.stderr)
         return 2
     if plan.show_help:
         print(usage(settings.marker_groups))
@@ -377,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
         code = run.code
         status, message = interpret_exit(code, run.summary, run.stopped_by)
     if code == USAGE_ERROR:
-        message += "\n" + usage(settings.marker_groups)
+        print(usage(settings.marker_groups), file=sys.stderr)
     print(message, file=sys.stderr if status else sys.stdout)
     return status
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
+
+RUN_UNIT = Path(__file__).resolve().parents[3] / "tests" / "run_unit.sh"  # this repository's
 
 PYPROJECT = """
 [tool.testharness]
@@ -42,3 +45,11 @@ def run_env(root: Path) -> dict[str, str]:
 
 def read_results(root: Path) -> dict[str, Any]:
     return json.loads((root / "out" / "unit_results.json").read_text())
+
+
+def run_unit_sh(root: Path, *args: str, timeout: float = 240, **env: str) -> subprocess.CompletedProcess[str]:
+    """tests/run_unit.sh on the project at `root`, as a user runs it (its supervisor included)."""
+    return subprocess.run(
+        ["bash", str(RUN_UNIT), "-p", "no:randomly", "-p", "no:cacheprovider", *args],
+        cwd=root, env={**run_env(root), **env}, capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip

@@ -17,11 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
-from records_project import read_results, run_env, write_project
+from records_project import read_results, run_env, run_unit_sh, write_project
 
 from testharness import crash_record
-
-RUN_UNIT = Path(__file__).resolve().parents[3] / "tests" / "run_unit.sh"  # this repository's
 
 THIRTY = """
 import ctypes, os, re
@@ -41,13 +39,6 @@ def test_n(i, tracker):
 HYGIENE_TIMEOUT = "\n[tool.testharness.hygiene]\ntimeout = 5\n"
 
 
-def _run_unit(root: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["bash", str(RUN_UNIT), "-p", "no:randomly", "-p", "no:cacheprovider", *args],
-        cwd=root, env={**run_env(root), **env}, capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
-
-
 def _project(tmp_path: Path, files: dict[str, str], timeout: bool = False) -> Path:
     root = write_project(tmp_path, files)
     if timeout:
@@ -64,7 +55,7 @@ def _dated(root: Path) -> list[Path]:
 def test_three_crashes_in_thirty_tests_cost_three_tests_and_leave_one_record(tmp_path: Path, xdist: list[str]) -> None:
     root = _project(tmp_path, {"tests/test_thirty.py": THIRTY}, timeout=True)
     started = time.monotonic()
-    proc = _run_unit(root, *xdist)
+    proc = run_unit_sh(root, *xdist)
     took = time.monotonic() - started
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out
@@ -109,7 +100,7 @@ def test_three():
 def test_a_crash_in_the_last_test_is_recorded_by_the_supervisor(tmp_path: Path) -> None:
     # Before: os._exit(3) said "internal error", named no test and left no results.
     root = _project(tmp_path, {"tests/test_last.py": LAST_DIES})
-    proc = _run_unit(root)
+    proc = run_unit_sh(root)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "run_unit: CRASHED: tests/test_last.py::test_three: the process exited with code 3" in proc.stderr
     doc = read_results(root)
@@ -142,7 +133,7 @@ def test_after(tracker):
 
 def test_after_a_sticky_cuda_error_the_run_goes_on_in_a_fresh_process(tmp_path: Path) -> None:
     root = _project(tmp_path, {"tests/test_cuda.py": POISONS})
-    proc = _run_unit(root)
+    proc = run_unit_sh(root)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "test_poisons left the test process's CUDA context unusable (CUDA error: device-side assert" in proc.stderr
     doc = read_results(root)
@@ -168,10 +159,10 @@ def test_s(i, request):
 def test_a_shard_goes_on_with_its_own_tests_only(tmp_path: Path) -> None:
     # The continuation filters after --shard has planned the shard over the whole selection.
     root = _project(tmp_path, {"tests/test_sharded.py": SHARDED})
-    assert _run_unit(root, "--shard", "1/2").returncode == 0
+    assert run_unit_sh(root, "--shard", "1/2").returncode == 0
     shard = list(read_results(root)["tests"])
     assert 0 < len(shard) < 8
-    proc = _run_unit(root, "--shard", "1/2", CRASH_AT=shard[0])
+    proc = run_unit_sh(root, "--shard", "1/2", CRASH_AT=shard[0])
     assert proc.returncode == 1, proc.stdout + proc.stderr
     doc = read_results(root)
     assert list(doc["tests"]) == shard and doc["shard"] == "1/2"
@@ -181,7 +172,7 @@ def test_a_shard_goes_on_with_its_own_tests_only(tmp_path: Path) -> None:
 def test_with_x_the_run_stops_at_the_crash(tmp_path: Path) -> None:
     root = _project(tmp_path, {"tests/test_x.py": "import os\n\ndef test_a(): pass\n\ndef test_b(): os._exit(0)\n\n"
                                                  "def test_c(): pass\n"})  # fmt: skip
-    proc = _run_unit(root, "-x")
+    proc = run_unit_sh(root, "-x")
     assert proc.returncode == 1
     assert "going on" not in proc.stderr
     assert {k: v["outcome"] for k, v in read_results(root)["tests"].items()} == {
@@ -194,7 +185,7 @@ def test_a_crash_during_collection_is_named_and_nothing_is_recorded_as_run(tmp_p
     root = _project(
         tmp_path, {"tests/test_ok.py": "def test_ok(): pass\n", "tests/test_dies.py": "import os\nos._exit(0)\n"}
     )
-    proc = _run_unit(root)
+    proc = run_unit_sh(root)
     assert proc.returncode == 3
     assert "run_unit: pytest died before its tests were collected" in proc.stderr
     assert not (root / "out" / "unit_results.json").exists()
