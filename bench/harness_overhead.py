@@ -8,6 +8,8 @@ real run) and times, in fresh pytest processes, interleaved, several repetitions
     plain + fixture  pytest, tests take a no-op `tracker` fixture from a conftest (fixture cost)
     plugin           pytest -p testharness.plugin, tests take no fixture
     plugin + tracker pytest -p testharness.plugin, every test takes the real `tracker`
+    run_unit + tracker  the same through run_unit's supervisor (python -m testharness.unit_runner,
+                     no Ray discovery): its journal, breadcrumbs and end-of-run sweep
 
 per-session overhead = median wall(1 test, variant) - median wall(1 test, plain)
 per-test overhead    = [(wall(1000) - wall(1)) of the variant - the same for plain] / 999
@@ -40,7 +42,9 @@ VARIANTS = {  # name: (load the plugin, tests take `tracker`, dummy fixture conf
     "plain + fixture": (False, True, True),
     "plugin": (True, False, False),
     "plugin + tracker": (True, True, False),
+    "run_unit + tracker": (True, True, False),
 }
+SUPERVISED = "run_unit + tracker"
 DUMMY_CONFTEST = "import pytest\n\n\n@pytest.fixture\ndef tracker():\n    yield None\n"
 
 
@@ -74,9 +78,13 @@ def env() -> dict[str, str]:
     return e
 
 
-def time_once(cwd: Path, plugin: bool) -> float:
+def time_once(cwd: Path, plugin: bool, supervised: bool = False) -> float:
+    cmd, run_env = pytest_cmd(plugin), env()
+    if supervised:  # run_unit's own flags are none of these: everything goes to pytest as above
+        cmd = [sys.executable, "-m", "testharness.unit_runner", *cmd[3:]]
+        run_env.update(TESTHARNESS_NO_DISCOVERY="1", TESTHARNESS_ROOT=str(cwd))
     t0 = time.perf_counter()
-    proc = subprocess.run(pytest_cmd(plugin), cwd=cwd, env=env(), capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(cmd, cwd=cwd, env=run_env, capture_output=True, text=True, timeout=600)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise RuntimeError(
@@ -94,10 +102,10 @@ def measure(base: Path, n_tests: int, reps: int) -> dict[tuple[str, int], list[f
             dirs[(name, n)] = d
     times: dict[tuple[str, int], list[float]] = {k: [] for k in dirs}
     for key, d in dirs.items():  # one untimed run each: .pyc files and the OS cache
-        time_once(d, VARIANTS[key[0]][0])
+        time_once(d, VARIANTS[key[0]][0], key[0] == SUPERVISED)
     for rep in range(reps):  # interleaved, so load drift on a shared machine hits every variant
         for key, d in dirs.items():
-            times[key].append(time_once(d, VARIANTS[key[0]][0]))
+            times[key].append(time_once(d, VARIANTS[key[0]][0], key[0] == SUPERVISED))
         print(f"harness_overhead: repetition {rep + 1}/{reps} done", flush=True)
     return times
 
