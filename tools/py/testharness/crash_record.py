@@ -41,7 +41,8 @@ from testharness.results import more_telling
 
 # What run_unit's supervisor tells the pytest it starts (no pytest import here: run_unit's
 # --help needs neither pytest nor Ray).
-SUPERVISE_DIR_ENV = "TESTHARNESS_SUPERVISE_DIR"  # the directory of these files
+SUPERVISE_DIR_ENV = "TESTHARNESS_SUPERVISE_DIR"  # the directory of these files; every process a
+# round's pytest starts inherits it: the supervisor finds what a round left behind by it
 ONLY_ENV = "TESTHARNESS_ONLY_TESTS"  # a JSON list: the node ids a continuation runs
 CARRIED_ENV = "TESTHARNESS_CARRIED"  # what the earlier rounds recorded (Carried)
 SUMMARY_FILE_ENV = "TESTHARNESS_SUMMARY_FILE"  # how the session ended (the tracker writes it)
@@ -296,12 +297,6 @@ INTERNAL_ERROR = 3
 def worse(a: int, b: int) -> int:
     """The worse of two exit codes (a signal's negative code is worse than any of pytest's)."""
     return a if _SEVERITY.get(a, 6) >= _SEVERITY.get(b, 6) else b
-
-
-def round_marker(directory: Path) -> str:
-    """The `NAME=VALUE` every process a supervised pytest starts carries in its environment
-    (inherited), so that those it leaves behind are found whoever their parent is now."""
-    return f"{SUPERVISE_DIR_ENV}={directory}"
 
 
 def supervisor_gone(environ: Mapping[str, str]) -> bool:

@@ -469,15 +469,11 @@ def sweep_round(rnd: _Round) -> None:
 
     from testharness.interrupts import ray_cluster_processes
 
-    marker = crash_record.round_marker(rnd.directory).encode()
     found: dict[int, Any] = {}
     for proc in psutil.process_iter():
-        if proc.pid == os.getpid():
-            continue
-        with contextlib.suppress(OSError, psutil.Error):
-            with open(f"/proc/{proc.pid}/environ", "rb") as fh:
-                if marker + b"\0" in fh.read() + b"\0":
-                    found[proc.pid] = proc
+        with contextlib.suppress(psutil.Error):  # gone, a zombie, or another user's
+            if proc.pid != os.getpid() and proc.environ().get(SUPERVISE_DIR_ENV) == str(rnd.directory):
+                found[proc.pid] = proc
     if rnd.main_pid:
         found.update((p.pid, p) for p in ray_cluster_processes(rnd.main_pid, rnd.born))
     names = []
