@@ -11,7 +11,8 @@ run_unit's supervisor (testharness.supervisor) gives each pytest it starts a dir
   test `{"test": node id, "record": <its entry in unit_results.json>, "metrics": {...} |
   null, "memory": [source, [gpu names]]}` (a rerun appends again: the last line wins),
   `{"ending": true}` as the session's end (pytest_sessionfinish) begins, and `{"returned":
-  code}` when pytest's main returned (its process has only Python's exit left to do).
+  code, "threads": [names]}` when pytest's main returned (its process has only Python's exit
+  left to do, which waits for those non-daemon threads).
   Appends of one short line survive the process dying right after; a torn last line is
   skipped.
 - `running/<pid>.json`: the test each test process (pytest, or an xdist worker) is in:
@@ -79,6 +80,7 @@ class Journal:
     fresh_process: tuple[str, str] | None = None  # (node id, why): the process ended itself after it
     ending: bool = False  # the session's end (pytest_sessionfinish) began
     returned: int | None = None  # what pytest's main returned (None: it never returned)
+    threads: list[str] = field(default_factory=list)  # then: the non-daemon threads Python's exit waits for
 
     def unrecorded(self, recorded: Iterable[str] = ()) -> list[str]:
         """The selected tests with neither a finished line nor an entry in `recorded`."""
@@ -111,6 +113,8 @@ def read_journal(directory: Path) -> Journal:
             journal.ending = True
         elif isinstance(entry.get("returned"), int):
             journal.returned = entry["returned"]
+            threads = entry.get("threads")
+            journal.threads = [t for t in threads if isinstance(t, str)] if isinstance(threads, list) else []
     return journal
 
 

@@ -28,6 +28,7 @@ import faulthandler
 import json
 import os
 import signal
+import threading
 import time
 from collections.abc import Generator
 from datetime import datetime
@@ -100,8 +101,10 @@ def pytest_cmdline_main(config: pytest.Config) -> Generator[None, Any, Any]:
         _MAIN_DEPTH -= 1
     directory = os.environ.get(SUPERVISE_DIR_ENV)
     if directory and _MAIN_DEPTH == 0 and not is_xdist_worker(config) and isinstance(code, int):
+        # The threads Python's exit will wait for: named, should one never end.
+        waited = [t.name for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
         with contextlib.suppress(OSError):
-            crash_record.append_line(Path(directory) / crash_record.JOURNAL, {"returned": int(code)})
+            crash_record.append_line(Path(directory) / crash_record.JOURNAL, {"returned": int(code), "threads": waited})
     return code
 
 

@@ -86,6 +86,7 @@ class _Round:
     summary_seen: float | None = None  # (monotonic) when its session's summary was first seen
     returned_seen: float | None = None  # ... and the journal's line that its main returned
     ended_late: bool = False  # it outlived its session's end past the deadline: we ended it
+    threads: list[str] = field(default_factory=list)  # the non-daemon threads left when its main returned
 
     def started(self, pid: int) -> None:
         self.main_pid, self.born = pid, time.time() - 1.0  # create_time is rounded: a margin
@@ -443,8 +444,10 @@ def _exit_deadline(rnd: _Round, now: float) -> None:
         if not (rnd.directory / "summary.json").exists():
             return
         rnd.summary_seen = now
-    if rnd.returned_seen is None and crash_record.read_journal(rnd.directory).returned is not None:
-        rnd.returned_seen = now
+    if rnd.returned_seen is None:
+        journal = crash_record.read_journal(rnd.directory)
+        if journal.returned is not None:
+            rnd.returned_seen, rnd.threads = now, journal.threads
     limit, since, what = (
         (EXIT_GRACE_S, rnd.returned_seen, "its main returned")
         if rnd.returned_seen is not None
@@ -453,8 +456,9 @@ def _exit_deadline(rnd: _Round, now: float) -> None:
     if now - since < limit or not _alive(rnd.main_pid):
         return
     rnd.ended_late = True
-    _say(f"run_unit: pytest (pid {rnd.main_pid}) has not exited {limit:.0f} s after {what}: something keeps "
-         "it alive (a thread left running, an atexit handler that waits); its stacks:")  # fmt: skip
+    keeps = (f"the thread(s) it waits for: {', '.join(rnd.threads)}" if rnd.threads
+             else "something keeps it alive (a thread left running, an atexit handler that waits)")  # fmt: skip
+    _say(f"run_unit: pytest (pid {rnd.main_pid}) has not exited {limit:.0f} s after {what}: {keeps}; its stacks:")
     stack = dump_stacks(rnd.directory, rnd.main_pid)
     _say("\n".join("    " + line for line in stack.splitlines()[:80]))
     _say("run_unit: ending it; the run's result stands as its record says")
