@@ -54,7 +54,7 @@ def _fault_file(directory: Path) -> IO[str]:
     global _FAULT_FILE
     path = crash_record.fault_path(directory, os.getpid())
     if _FAULT_FILE is None or _FAULT_FILE.name != str(path):
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(exist_ok=True)  # in the round's directory, which only the supervisor makes
         _FAULT_FILE = open(path, "a", encoding="utf-8")  # noqa: SIM115
     return _FAULT_FILE
 
