@@ -6,7 +6,8 @@ run_unit's supervisor (testharness.supervisor) gives each pytest it starts a dir
 (TESTHARNESS_SUPERVISE_DIR); the plugin (testharness.supervised) keeps in it:
 
 - `journal.jsonl`, appended by the process that owns the record (pytest, or xdist's
-  controller), one JSON object a line: `{"session": {"results_dir", "start", "shard"}}` as
+  controller), one JSON object a line: `{"session": {"results_dir", "start", "shard", "root",
+  "runs_tests"}}` as
   the session starts, `{"selected": [node ids]}` once collection is done, per finished
   test `{"test": node id, "record": <its entry in unit_results.json>, "metrics": {...} |
   null, "memory": [source, [gpu names]]}` (a rerun appends again: the last line wins),

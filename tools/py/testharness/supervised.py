@@ -311,6 +311,7 @@ def session_line(config: pytest.Config) -> dict[str, Any]:
         "start": st.start.strftime(results.START_TIME_FORMAT),
         "shard": config.getoption("shard", None),
         "root": str(st.settings.root),
+        "runs_tests": recorder.writes_results(config),  # not --collect-only, --shard-plan
     }
 
 

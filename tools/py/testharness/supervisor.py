@@ -63,7 +63,7 @@ EXIT_GRACE_S = 20.0
 # report, the end-of-run sweep of leftover processes.
 SESSION_END_GRACE_S = 120.0
 LEFTOVER_GRACE_S = 3.0  # a process the round left behind: SIGTERM, then SIGKILL after this
-USAGE_ERROR = 4
+INTERRUPTED, USAGE_ERROR = 2, 4
 # Arguments after which a failure ends the run: a crash is one, so nothing goes on after it.
 STOP_AT_FAILURE = ("-x", "--exitfirst", "--sw", "--stepwise", "--maxfail=1")
 
@@ -270,11 +270,12 @@ def _session_ended(
     if stopped_by is not None and summary.get("stopped") is not None:
         return Outcome(code, stopped_by, summary)  # stopped as asked: "interrupted"
     status, why = reconcile(code, journal.returned, session_status, rnd.ended_late)
-    if status == 0 and journal.selected is not None:
-        missing = journal.unrecorded(carried.tests)
-        if missing:
-            status = INTERNAL_ERROR
-            why = f"{len(missing)} selected test(s) have no outcome, e.g. {missing[0]} (pytest ended without running them)"
+    missing = journal.unrecorded(carried.tests) if status == 0 and journal.session.get("runs_tests", True) else []
+    if missing and summary.get("stopped") is not None:  # pytest.exit(returncode=0) in a test: stopped early
+        status, why = INTERRUPTED, None
+    elif missing:
+        status = INTERNAL_ERROR
+        why = f"{len(missing)} selected test(s) have no outcome, e.g. {missing[0]} (pytest ended without running them)"
     if why is not None:
         if status == INTERNAL_ERROR:
             summary = {**summary, "died": why}

@@ -398,6 +398,9 @@ def main(argv: list[str] | None = None) -> int:
         if build_assets(settings) != 0:
             print("run_unit: building the test assets failed (see above)", file=sys.stderr)
             return 1
+    if sum(arg in ("--version", "-V") for arg in plan.pytest_args) == 1:
+        # pytest answers a lone --version before it loads any plugin: nothing to supervise.
+        return subprocess.call([sys.executable, "-m", "pytest", "--version"], env=env)
     with tempfile.TemporaryDirectory(prefix="run_unit_") as tmp:
         cmd = pytest_command(plan, settings, cwd)
         print("run_unit: " + " ".join(cmd[1:]), flush=True)

@@ -412,3 +412,34 @@ def test_a_rejected_argument_ends_on_its_reason(tmp_path: Path, args: list[str],
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert last == reason
     assert "usage: bash tests/run_unit.sh" in proc.stderr  # the usage text, above the reason
+
+
+EXITS_EARLY = """
+import pytest
+
+def test_a():
+    pytest.exit("enough", returncode=0)
+
+def test_b():
+    pass
+"""
+
+
+def test_pytest_exit_with_returncode_0_before_the_last_test_is_a_stop_not_a_pass(tmp_path: Path) -> None:
+    root = write_project(tmp_path, {"tests/test_a.py": EXITS_EARLY})
+    proc, last, _left = _run(root)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert last.startswith("run_unit: stopped by pytest.exit(): enough"), last
+    assert read_results(root)["exit_status"] == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "said"), [(["--collect-only", "-q"], "run_unit: all selected tests passed"), (["--version"], "pytest ")]
+)
+def test_runs_that_run_no_test_by_design_still_end_0(tmp_path: Path, args: list[str], said: str) -> None:
+    # Neither is a pytest that ended without running its tests: --collect-only runs none, and
+    # pytest answers a lone --version before it loads a plugin.
+    root = write_project(tmp_path, {"tests/test_a.py": PASSING})
+    proc, last, _left = _run(root, *args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert last.startswith(said), last
