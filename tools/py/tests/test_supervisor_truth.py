@@ -157,10 +157,10 @@ import os, signal, time
 
 def test_kills_its_supervisor():
     os.kill(os.getppid(), signal.SIGKILL)
-    time.sleep(5)
+    time.sleep(3)
 
 def test_b():
-    time.sleep(5)
+    time.sleep(3)
 """
 
 
@@ -168,7 +168,7 @@ def test_pytest_dies_with_its_supervisor_and_writes_no_record_later(tmp_path: Pa
     root = write_project(tmp_path, {"tests/test_a.py": KILLS_SUPERVISOR})
     proc, _last, _left = _run(root)
     assert proc.returncode == -signal.SIGKILL, proc.stdout + proc.stderr  # bash exec'd the supervisor
-    time.sleep(12)  # past both tests: an orphaned pytest would have written its record by now
+    time.sleep(9)  # past both tests: an orphaned pytest would have written its record by now
     assert not (root / "out" / "unit_results.json").exists()
     assert not _dated(root)
 
