@@ -21,22 +21,18 @@ test does to its process.
 - pytest dies with the supervisor (Linux's parent-death signal), and after each round every
   process the round started that is still alive (found by the round's marker in its
   environment, or as part of the Ray cluster it started) is ended and named.
-Files between the plugin and the supervisor: testharness.crash_record.
+Files between the plugin and the supervisor: testharness.crash_record; the pytest process
+itself (its start, signals, the deadlines, the sweep): testharness.pytest_round.
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import itertools
 import json
 import os
-import signal
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -44,7 +40,6 @@ from typing import Any
 from testharness import crash_record, metrics, results
 from testharness.crash_record import (
     CARRIED_ENV,
-    DUMP_SIGNAL,
     INTERNAL_ERROR,
     ONLY_ENV,
     SUMMARY_FILE_ENV,
@@ -52,17 +47,8 @@ from testharness.crash_record import (
     SUPERVISOR_PID_ENV,
     Carried,
 )
+from testharness.pytest_round import Round, run_forwarding_signals, say, sweep_round
 
-GRACE_S = 5.0  # past a watchdog's deadline: it would have run by now, were it able to
-POLL_S = 0.5
-PYSPY_TIMEOUT_S = 30.0
-# From pytest's main returning to its process's end only Python's exit is left (atexit
-# handlers, Ray's shutdown among them; the wait for threads): seconds, even on a busy machine.
-EXIT_GRACE_S = 20.0
-# From the session's summary to pytest's main returning: the terminal summary, coverage's
-# report, the end-of-run sweep of leftover processes.
-SESSION_END_GRACE_S = 120.0
-LEFTOVER_GRACE_S = 3.0  # a process the round left behind: SIGTERM, then SIGKILL after this
 INTERRUPTED, USAGE_ERROR = 2, 4
 # Arguments after which a failure ends the run: a crash is one, so nothing goes on after it.
 STOP_AT_FAILURE = ("-x", "--exitfirst", "--sw", "--stepwise", "--maxfail=1")
@@ -75,29 +61,6 @@ class Outcome:
     code: int
     stopped_by: str | None
     summary: dict[str, Any] | None
-
-
-@dataclass
-class _Round:
-    directory: Path
-    main_pid: int = 0
-    born: float = 0.0  # when pytest started (epoch seconds)
-    killed: dict[int, dict[str, str]] = field(default_factory=dict)  # pid -> verdict
-    summary_seen: float | None = None  # (monotonic) when its session's summary was first seen
-    returned_seen: float | None = None  # ... and the journal's line that its main returned
-    ended_late: bool = False  # it outlived its session's end past the deadline: we ended it
-    threads: list[str] = field(default_factory=list)  # the non-daemon threads left when its main returned
-
-    def started(self, pid: int) -> None:
-        self.main_pid, self.born = pid, time.time() - 1.0  # create_time is rounded: a margin
-
-    def enforce(self) -> None:
-        _enforce(self)
-        _exit_deadline(self, time.monotonic())
-
-
-def _say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 def read_summary(path: Path) -> dict[str, Any] | None:
@@ -116,7 +79,7 @@ def supervise(cmd: list[str], env: dict[str, str], tmp: Path) -> Outcome:
     stop_at_failure = any(a in STOP_AT_FAILURE for a in cmd)
     reruns = reruns_of(cmd)
     for n in itertools.count(1):
-        rnd = _Round(tmp / f"round{n}")
+        rnd = Round(tmp / f"round{n}")
         rnd.directory.mkdir(parents=True)
         renv = {**env, SUPERVISE_DIR_ENV: str(rnd.directory), SUMMARY_FILE_ENV: str(rnd.directory / "summary.json"),
                 SUPERVISOR_PID_ENV: str(os.getpid())}  # fmt: skip
@@ -140,8 +103,8 @@ def supervise(cmd: list[str], env: dict[str, str], tmp: Path) -> Outcome:
             if rerun is None:
                 return outcome
             carried, only = rerun
-            _say(f"run_unit: running {len(only)} test(s) that crashed their xdist worker again "
-                 f"(--rerun-failures {reruns}) in a fresh pytest")  # fmt: skip
+            say(f"run_unit: running {len(only)} test(s) that crashed their xdist worker again "
+                f"(--rerun-failures {reruns}) in a fresh pytest")  # fmt: skip
             continue
         if stopped_by is not None:
             return Outcome(code, stopped_by, None)
@@ -152,8 +115,8 @@ def supervise(cmd: list[str], env: dict[str, str], tmp: Path) -> Outcome:
         remaining = [nodeid for nodeid in journal.selected if nodeid not in carried.tests]
         if journal.fresh_process is not None:
             nodeid, cause = journal.fresh_process
-            _say(f"run_unit: {nodeid} left the test process's CUDA context unusable ({cause}); "
-                 "the tests after it run in a fresh process")  # fmt: skip
+            say(f"run_unit: {nodeid} left the test process's CUDA context unusable ({cause}); "
+                "the tests after it run in a fresh process")  # fmt: skip
         if not dead and not remaining and journal.fresh_process is None:
             # Every selected test has its outcome: pytest died in its session's end.
             where = "in its session's end (a pytest_sessionfinish hook)" if journal.ending else "after its last test"
@@ -163,7 +126,7 @@ def supervise(cmd: list[str], env: dict[str, str], tmp: Path) -> Outcome:
             )
         if remaining and not dead and not journal.finished:
             cause = crash_record.exit_cause(code)
-            _say(f"run_unit: pytest died outside any test ({cause}); {len(remaining)} test(s) not run")
+            say(f"run_unit: pytest died outside any test ({cause}); {len(remaining)} test(s) not run")
             for nodeid in remaining:  # no progress to build on: they stay in the record, not run
                 carried.tests[nodeid] = _not_run(nodeid, cause)
             return _write_record(journal, carried, INTERNAL_ERROR, None)
@@ -171,9 +134,9 @@ def supervise(cmd: list[str], env: dict[str, str], tmp: Path) -> Outcome:
         if (not remaining and not again) or stop_at_failure:
             return _write_record(journal, carried, 1, None)
         if again:
-            _say(f"run_unit: running {len(again)} crashed test(s) again (--rerun-failures {reruns}) in a fresh pytest")
+            say(f"run_unit: running {len(again)} crashed test(s) again (--rerun-failures {reruns}) in a fresh pytest")
         if remaining:
-            _say(f"run_unit: going on with the {len(remaining)} test(s) not run yet")
+            say(f"run_unit: going on with the {len(remaining)} test(s) not run yet")
         only = [*again, *remaining]
     raise AssertionError("itertools.count never ends")
 
@@ -219,18 +182,18 @@ def _how(code: int) -> str:
     return f"it exited with code {code}"
 
 
-def _died(where: str, code: int, rnd: _Round) -> Outcome:
+def _died(where: str, code: int, rnd: Round) -> Outcome:
     """pytest died outside any test: one line says where and how, with the stack faulthandler
     wrote (the crashed thread); the run ends with 3."""
     stack = crash_record.read_fault(rnd.directory, rnd.main_pid)
     fatal = crash_record.fault_cause(stack)
     line = f"pytest died {where} ({_how(code)}{': ' + fatal if fatal else ''})"
     if stack and fatal:
-        _say("\n".join("    " + text for text in crash_record.crashed_thread(stack)))
+        say("\n".join("    " + text for text in crash_record.crashed_thread(stack)))
     return Outcome(INTERNAL_ERROR, None, {"died": line})
 
 
-def _no_session(code: int, journal: crash_record.Journal, rnd: _Round) -> Outcome:
+def _no_session(code: int, journal: crash_record.Journal, rnd: Round) -> Outcome:
     """pytest ended before a session started: its own answer (--version, --markers, a refused
     argument), or a death while plugins and conftest.py files were loaded (os._exit, a crash)."""
     if journal.returned is not None:
@@ -261,7 +224,7 @@ def reconcile(code: int, returned: int | None, session_status: int, ended_late: 
 
 def _session_ended(
     code: int, stopped_by: str | None, summary: dict[str, Any], journal: crash_record.Journal, carried: Carried,
-    rnd: _Round,
+    rnd: Round,
 ) -> Outcome:  # fmt: skip
     """The round's pytest ended its session: the run's status is the worse of its exit code,
     what its session recorded, and what the journal saw; the record is amended to match."""
@@ -280,7 +243,7 @@ def _session_ended(
         if status == INTERNAL_ERROR:
             summary = {**summary, "died": why}
         else:
-            _say(f"run_unit: {why}")
+            say(f"run_unit: {why}")
     if status != session_status:
         _amend_record(summary, status)
     return Outcome(status, stopped_by, summary)
@@ -297,7 +260,7 @@ def _amend_record(summary: dict[str, Any], status: int) -> None:
         document["exit_status"] = status
         results.rewrite_results(paths, document)
     except (OSError, ValueError, TypeError, results.ResultsWriteError) as exc:
-        _say(f"run_unit: could not set exit_status {status} in {paths[0]}: {exc}")
+        say(f"run_unit: could not set exit_status {status} in {paths[0]}: {exc}")
 
 
 def _not_run(nodeid: str, cause: str) -> dict[str, Any]:
@@ -305,7 +268,7 @@ def _not_run(nodeid: str, cause: str) -> dict[str, Any]:
             "crash": {"cause": f"not run: pytest died before it ({cause})", "stack": ""}}  # fmt: skip
 
 
-def _blame(rnd: _Round, journal: crash_record.Journal, code: int, carried: Carried) -> list[str]:
+def _blame(rnd: Round, journal: crash_record.Journal, code: int, carried: Carried) -> list[str]:
     """Record the tests the dead processes were in, with why they died; returns their ids."""
     ended = time.time()
     dead = []
@@ -326,9 +289,9 @@ def _blame(rnd: _Round, journal: crash_record.Journal, code: int, carried: Carri
             crumb, cause, stack, ended, carried.tests.get(crumb.nodeid)
         )
         dead.append(crumb.nodeid)
-        _say(f"run_unit: CRASHED: {crumb.nodeid}: {cause}")
+        say(f"run_unit: CRASHED: {crumb.nodeid}: {cause}")
         if stack:
-            _say("\n".join("    " + line for line in crash_record.crashed_thread(stack)))
+            say("\n".join("    " + line for line in crash_record.crashed_thread(stack)))
     return dead
 
 
@@ -361,212 +324,3 @@ def _write_record(
             INTERNAL_ERROR, None, {**(summary or {}), "results_error": str(exc), "tests_exit_status": status}
         )
     return Outcome(status, None, {"exit_status": status, **(summary or {}), "results": str(latest)})
-
-
-# --- a test stuck where its watchdog cannot reach ------------------------------------------------
-
-
-def _enforce(rnd: _Round) -> None:
-    for crumb in crash_record.overdue(crash_record.read_breadcrumbs(rnd.directory), time.time(), GRACE_S):
-        if crumb.pid in rnd.killed or not _alive(crumb.pid):
-            continue
-        seconds = (crumb.deadline or crumb.started) - crumb.started
-        _say(f"run_unit: {crumb.nodeid} is stuck {GRACE_S:.0f} s past its {seconds:.0f} s timeout and its "
-             f"watchdog cannot run (a C call holding the GIL?): dumping its stacks and ending it (pid {crumb.pid})")  # fmt: skip
-        stack = dump_stacks(rnd.directory, crumb.pid)
-        cause = f"timeout: still running {seconds:.0f} s + {GRACE_S:.0f} s after it started; killed from outside"
-        verdict = {"nodeid": crumb.nodeid, "cause": cause, "stack": crash_record.clip(stack)}
-        rnd.killed[crumb.pid] = verdict
-        crash_record.write_verdict(rnd.directory, crumb.pid, crumb.nodeid, cause, stack)
-        _kill_tree(crumb.pid)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def dump_stacks(directory: Path, pid: int) -> str:
-    """The stacks of a stuck process: py-spy's (native frames too), else faulthandler's on
-    SIGUSR2 (Python frames; it runs even while a C call holds the GIL)."""
-    from testharness.hygiene.hang import pyspy_path
-
-    exe = pyspy_path()
-    if exe is not None:
-        try:
-            proc = subprocess.run([exe, "dump", "--native", "--pid", str(pid)], capture_output=True, text=True,
-                                  timeout=PYSPY_TIMEOUT_S, check=False)  # fmt: skip
-            if proc.returncode == 0 and proc.stdout.strip():
-                return "py-spy dump --native:\n" + proc.stdout.strip()
-            why = (proc.stderr.strip().splitlines() or ["no output"])[0]
-        except (OSError, subprocess.SubprocessError) as exc:
-            why = str(exc)
-    else:
-        why = "py-spy is not installed"
-    fault = crash_record.fault_path(directory, pid)
-    size = fault.stat().st_size if fault.exists() else 0
-    with contextlib.suppress(OSError):
-        os.kill(pid, DUMP_SIGNAL)
-        time.sleep(1.0)
-    try:
-        with fault.open(encoding="utf-8", errors="replace") as fh:
-            fh.seek(size)
-            text = fh.read().strip()
-    except OSError:
-        text = ""
-    return f"({why}; faulthandler's dump:)\n{text}" if text else f"no stacks: {why}"
-
-
-def _kill_tree(pid: int) -> None:
-    import psutil
-
-    try:
-        proc = psutil.Process(pid)
-        procs = [*proc.children(recursive=True), proc]
-    except psutil.Error:
-        return
-    for p in procs:
-        with contextlib.suppress(psutil.Error):
-            p.kill()
-    psutil.wait_procs(procs, timeout=5)
-
-
-def _exit_deadline(rnd: _Round, now: float) -> None:
-    """End a pytest whose session is over but whose process does not end (a thread left
-    running that Python's exit waits for, an atexit handler that waits): its stacks first."""
-    if rnd.ended_late or rnd.main_pid == 0:
-        return
-    if rnd.summary_seen is None:
-        if not (rnd.directory / "summary.json").exists():
-            return
-        rnd.summary_seen = now
-    if rnd.returned_seen is None:
-        journal = crash_record.read_journal(rnd.directory)
-        if journal.returned is not None:
-            rnd.returned_seen, rnd.threads = now, journal.threads
-    limit, since, what = (
-        (EXIT_GRACE_S, rnd.returned_seen, "its main returned")
-        if rnd.returned_seen is not None
-        else (SESSION_END_GRACE_S, rnd.summary_seen, "its session ended")
-    )
-    if now - since < limit or not _alive(rnd.main_pid):
-        return
-    rnd.ended_late = True
-    keeps = (f"the thread(s) it waits for: {', '.join(rnd.threads)}" if rnd.threads
-             else "something keeps it alive (a thread left running, an atexit handler that waits)")  # fmt: skip
-    _say(f"run_unit: pytest (pid {rnd.main_pid}) has not exited {limit:.0f} s after {what}: {keeps}; its stacks:")
-    stack = dump_stacks(rnd.directory, rnd.main_pid)
-    _say("\n".join("    " + line for line in stack.splitlines()[:80]))
-    _say("run_unit: ending it; the run's result stands as its record says")
-    _kill_tree(rnd.main_pid)
-
-
-def sweep_round(rnd: _Round) -> None:
-    """End every process the round's pytest started that is still alive, whoever its parent is
-    now (a child started in a new session, a Ray cluster a crash left): SIGTERM, then SIGKILL.
-    Each is named; after a clean end the plugin's own sweep has usually left none."""
-    import psutil
-
-    from testharness.interrupts import ray_cluster_processes
-
-    found: dict[int, Any] = {}
-    for proc in psutil.process_iter():
-        with contextlib.suppress(psutil.Error):  # gone, a zombie, or another user's
-            if proc.pid != os.getpid() and proc.environ().get(SUPERVISE_DIR_ENV) == str(rnd.directory):
-                found[proc.pid] = proc
-    if rnd.main_pid:
-        found.update((p.pid, p) for p in ray_cluster_processes(rnd.main_pid, rnd.born))
-    names = []
-    for proc in found.values():
-        with contextlib.suppress(psutil.Error):
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                continue
-            names.append(f"{proc.name()} (pid {proc.pid})")
-            proc.terminate()
-    if not names:
-        return
-    _gone, alive = psutil.wait_procs(list(found.values()), timeout=LEFTOVER_GRACE_S)
-    for proc in alive:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-    _say(f"run_unit: stopped {len(names)} process(es) that pytest left behind: {', '.join(names)}")
-
-
-# --- signals ------------------------------------------------------------------------------
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-def _terminal_sent_it_to_the_child() -> bool:
-    """Whether a SIGINT came from our terminal's Ctrl-C, which reaches the whole foreground
-    process group (pytest included): forwarding it would deliver it twice."""
-    try:
-        with open("/dev/tty", "rb") as tty:
-            return os.tcgetpgrp(tty.fileno()) == os.getpgrp()
-    except OSError:
-        return False
-
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with(parent: int) -> Callable[[], None] | None:
-    """What pytest's process runs before its exec: SIGKILL when `parent` (the supervisor) dies,
-    so no pytest goes on alone and writes its record after the run ended (Linux's
-    PR_SET_PDEATHSIG; elsewhere the recorder's check that its supervisor lives stands in)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork
-    except (OSError, AttributeError):
-        return None
-
-    def set_parent_death_signal() -> None:
-        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        if os.getppid() != parent:  # the supervisor died before the signal was set
-            os._exit(1)
-
-    return set_parent_death_signal
-
-
-def run_forwarding_signals(
-    cmd: Sequence[str],
-    env: dict[str, str],
-    on_start: Callable[[int], None] | None = None,
-    on_tick: Callable[[], None] | None = None,
-) -> tuple[int, str | None]:
-    """Run pytest; SIGINT/SIGTERM/SIGHUP sent to this process are passed on to it, and we wait
-    for it to finish (its results file included), calling `on_tick` every POLL_S.
-    (exit code, name of the first stop signal)."""
-    proc = subprocess.Popen(list(cmd), env=env, preexec_fn=_die_with(os.getpid()))  # noqa: PLW1509
-    if on_start is not None:
-        on_start(proc.pid)
-    received: list[int] = []
-
-    def forward(signum: int, _frame: object) -> None:
-        received.append(signum)
-        if signum == signal.SIGINT and _terminal_sent_it_to_the_child():
-            return
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signum)
-
-    # A signal this process ignores (nohup, a background job without job control) is ignored
-    # by pytest too: it inherits the disposition; neither forward it nor count it.
-    previous = {s: signal.signal(s, forward) for s in STOP_SIGNALS if signal.getsignal(s) != signal.SIG_IGN}
-    try:
-        while True:
-            try:
-                code = proc.wait(timeout=POLL_S)
-                break
-            except subprocess.TimeoutExpired:
-                if on_tick is not None and not received:
-                    on_tick()
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-    return code, signal.Signals(received[0]).name if received else None
