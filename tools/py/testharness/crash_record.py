@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from testharness.atomic_io import hidden_temp_beside, write_json_atomic
-from testharness.results import more_telling
+from testharness.results import more_telling, with_teardown_error
 
 # What run_unit's supervisor tells the pytest it starts (no pytest import here: run_unit's
 # --help needs neither pytest nor Ray).
@@ -47,7 +47,7 @@ SUPERVISE_DIR_ENV = "TESTHARNESS_SUPERVISE_DIR"  # the directory of these files;
 # round's pytest starts inherits it: the supervisor finds what a round left behind by it
 ONLY_ENV = "TESTHARNESS_ONLY_TESTS"  # a JSON list: the node ids a continuation runs
 CARRIED_ENV = "TESTHARNESS_CARRIED"  # what the earlier rounds recorded (Carried)
-SUMMARY_FILE_ENV = "TESTHARNESS_SUMMARY_FILE"  # how the session ended (the tracker writes it)
+SUMMARY_FILE_ENV = "TESTHARNESS_SUMMARY_FILE"  # how the session ended (testharness.run_summary)
 SUPERVISOR_PID_ENV = "TESTHARNESS_SUPERVISOR_PID"  # pytest's parent: once it is gone, the run is over
 DUMP_SIGNAL = signal.SIGUSR2  # faulthandler dumps the stacks on it
 
@@ -268,11 +268,7 @@ def crash_entry(
     earlier attempt, a crash that --rerun-failures ran again). A death while only the fixtures
     around the test were left to tear down is an error at its teardown, as pytest reports a
     failing module or session fixture teardown."""
-    outcome = (
-        "failed"
-        if crumb.around is None
-        else ("error" if crumb.around in ("passed", "xpassed", "skipped") else crumb.around)
-    )
+    outcome = "failed" if crumb.around is None else with_teardown_error(crumb.around)
     attempts = earlier.get("attempts") if earlier is not None else None
     return {
         "key": crumb.key,

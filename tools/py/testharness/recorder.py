@@ -19,7 +19,6 @@ their path, and collection warns, naming the files (metrics.path_keyed_files).
 from __future__ import annotations
 
 import os
-import re
 import sys
 import threading
 import warnings
@@ -31,9 +30,9 @@ from typing import Any
 
 import pytest
 
-from testharness import gpu, metrics, real_ray, results
+from testharness import gpu, metrics, real_ray, results, run_summary
 from testharness.contract import get_extra, is_xdist_worker, put_extra, settings_of
-from testharness.crash_record import SUMMARY_FILE_ENV, supervisor_gone  # the summary: run_unit reads it
+from testharness.crash_record import supervisor_gone
 from testharness.history import RESULTS_DIR_ENV, sent_results_dir
 from testharness.settings import Settings, session_in_scope
 
@@ -163,8 +162,7 @@ def _merge(before: str, phase: str, when: str) -> str:
     if when == "setup":
         return phase
     if when == "teardown":
-        # A teardown error turns a pass into an error; a failure stays a failure.
-        return "error" if phase == "error" and before in ("passed", "xpassed", "skipped") else before
+        return results.with_teardown_error(before) if phase == "error" else before
     return phase
 
 
@@ -195,27 +193,6 @@ def coverage_of(config: pytest.Config, st: RecordState) -> float | str:
     return f"not measured: run with --cov={pkg}"
 
 
-def _write_summary(session: pytest.Session, st: RecordState) -> None:
-    """What run_unit reads to word its last line (TESTHARNESS_SUMMARY_FILE, set by it)."""
-    path = os.environ.get(SUMMARY_FILE_ENV)
-    if not path:
-        return
-    summary = {
-        "exit_status": int(session.exitstatus),
-        "tests_exit_status": int(session.exitstatus) if st.tests_status is None else st.tests_status,
-        "collected": session.testscollected,
-        "deselected": st.deselected,
-        "results": str(st.paths[0]) if st.paths else None,
-        "results_copy": str(st.paths[1]) if st.paths else None,
-        "results_error": st.write_error or None,
-        "stopped": st.stopped,
-    }
-    try:
-        results.write_json_atomic(Path(path), summary)
-    except OSError as exc:  # run_unit then words its line from the exit status alone
-        print(f"testharness: could not write the run summary {path}: {exc}", file=sys.stderr)
-
-
 def writes_results(config: pytest.Config) -> bool:
     """Runs that execute no test leave no record: they would only dilute the history."""
     return not (config.option.collectonly or config.getoption("shard_plan", False))
@@ -223,8 +200,9 @@ def writes_results(config: pytest.Config) -> bool:
 
 def _owns_the_record(session: pytest.Session, st: RecordState) -> bool:
     """Only the session's own process writes: not an xdist worker (the controller sees every
-    report, metrics ride on them, and writes once), nor a child a test forked."""
-    return not is_xdist_worker(session.config) and os.getpid() == st.pid
+    report, metrics ride on them, and writes once), nor a child a test forked, nor a pytest
+    whose run_unit is gone (killed: a later run's files may be there by now)."""
+    return not is_xdist_worker(session.config) and os.getpid() == st.pid and not supervisor_gone(os.environ)
 
 
 def _fail_write(session: pytest.Session, st: RecordState, reason: str) -> None:
@@ -242,9 +220,8 @@ def _fail_write(session: pytest.Session, st: RecordState, reason: str) -> None:
 
 def _write(session: pytest.Session, st: RecordState) -> None:
     if not _owns_the_record(session, st):
-        return
-    if supervisor_gone(os.environ):  # run_unit ended (killed): a later run's files may be there now
-        print("testharness: run_unit, which started this pytest, is gone: no record written", file=sys.stderr)
+        if supervisor_gone(os.environ):
+            print("testharness: run_unit, which started this pytest, is gone: no record written", file=sys.stderr)
         return
     for nodeid in list(st.pending):  # an attempt cut short (Ctrl-C, crash) has no teardown
         outcome, dur = st.pending[nodeid]
@@ -255,7 +232,7 @@ def _write(session: pytest.Session, st: RecordState) -> None:
     except Exception as exc:  # ResultsWriteError is one line already; anything else: its type too
         reason = str(exc) if isinstance(exc, results.ResultsWriteError) else f"{type(exc).__name__}: {exc}"
         _fail_write(session, st, reason)
-    _write_summary(session, st)
+    run_summary.write(session, st)
 
 
 def _write_results(session: pytest.Session, st: RecordState) -> None:
@@ -294,7 +271,7 @@ def _amend_exit_status(session: pytest.Session, st: RecordState) -> None:
         results.rewrite_results(st.paths, st.document)
     except results.ResultsWriteError as exc:
         _fail_write(session, st, str(exc))
-    _write_summary(session, st)
+    run_summary.write(session, st)
 
 
 def _guarded(step: Callable[[pytest.Session, RecordState], None], session: pytest.Session, st: RecordState) -> None:
@@ -304,28 +281,11 @@ def _guarded(step: Callable[[pytest.Session, RecordState], None], session: pytes
         step(session, st)
     except Exception as exc:
         _fail_write(session, st, f"{type(exc).__name__}: {exc}")
-        _write_summary(session, st)
+        run_summary.write(session, st)
 
 
 def _error_line(st: RecordState) -> str:
     return f"testharness: the unit results were not written: {st.write_error} (exit status 3)"
-
-
-def _stop_cause(exc: BaseException) -> dict[str, str]:
-    """What ended the session early, for run_unit's last line: `by` is "signal" (a stop signal
-    sent to pytest itself), "collection" (errors during collection), "pytest" (pytest or a
-    plugin stopped the run: --sw after a failure, xdist's --maxfail), "exit" (pytest.exit) or
-    "KeyboardInterrupt" (raised by a test or a plugin); `reason` is pytest's words."""
-    reason = str(exc)
-    if isinstance(exc, pytest.exit.Exception):
-        return {"by": "exit", "reason": exc.msg}
-    if type(exc).__module__ == "testharness.interrupts":
-        return {"by": "signal", "reason": reason}
-    if type(exc) is KeyboardInterrupt:
-        return {"by": "KeyboardInterrupt", "reason": reason}
-    if re.fullmatch(r"\d+ errors? during collection", reason):
-        return {"by": "collection", "reason": reason}
-    return {"by": "pytest", "reason": reason}  # pytest's Interrupted(session.shouldstop), xdist's
 
 
 def _warn_clash(stem: str, paths: list[str], st: RecordState, rootdir: Path) -> None:
@@ -410,7 +370,7 @@ class _Recorder:
             _finish_attempt(st, report.nodeid)
 
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
-        self.st.stopped = _stop_cause(excinfo.value)
+        self.st.stopped = run_summary.stop_cause(excinfo.value)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_teardown(self, item: pytest.Item) -> None:

@@ -67,6 +67,11 @@ MEMORY_UNIT = "MiB"
 MEMORY_RANK = {"none": 0, "rss": 1, "gpu": 2}
 
 
+def with_teardown_error(outcome: str) -> str:
+    """A test's outcome once its teardown failed: a pass becomes an error; a failure stays one."""
+    return "error" if outcome in ("passed", "xpassed", "skipped") else outcome
+
+
 def more_telling(source: str, other: str) -> str:
     """Of two memory sources, the one whose figures say more (MEMORY_RANK)."""
     return other if MEMORY_RANK.get(other, 0) > MEMORY_RANK.get(source, 0) else source

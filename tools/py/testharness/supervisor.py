@@ -162,14 +162,8 @@ def _crashed_workers_to_rerun(outcome: Outcome, reruns: int) -> tuple[Carried, l
 
 def reruns_of(cmd: Sequence[str]) -> int:
     """The --reruns N that pytest-rerunfailures gets (run_unit's --rerun-failures N), else 0."""
-    for i, arg in enumerate(cmd):
-        value = (
-            arg.partition("=")[2]
-            if arg.startswith("--reruns=")
-            else cmd[i + 1]
-            if arg == "--reruns" and i + 1 < len(cmd)
-            else ""
-        )
+    for arg, following in itertools.pairwise([*cmd, ""]):
+        value = arg.partition("=")[2] if arg.startswith("--reruns=") else following if arg == "--reruns" else ""
         if value.isdigit():
             return int(value)
     return 0

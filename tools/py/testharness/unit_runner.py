@@ -267,24 +267,21 @@ def _text(summary: dict[str, object] | None, key: str) -> str | None:
 def interpret_exit(code: int, summary: dict[str, object] | None, stopped_by: str | None = None) -> tuple[int, str]:
     """(the script's exit code, the closing line) for pytest's exit code; `stopped_by`: the
     stop signal this script received and passed on, if any. `summary` is what the plugin wrote
-    (recorder._write_summary): where the results went or why they could not be written, what
+    (testharness.run_summary): where the results went or why they could not be written, what
     stopped the session, what was collected."""
-    error = _text(summary, "results_error")
-    died = _text(summary, "died")
-    if error is not None or died is not None:  # exit 3 whatever the tests did: say what they did too
-        tests = summary.get("tests_exit_status" if error is not None else "exit_status") if summary else None
-        tests_code = tests if isinstance(tests, int) and not isinstance(tests, bool) else None
-        said = "; the tests: " + _tests_said(tests_code, summary, stopped_by) if tests_code is not None else ""
-        if error is not None:
-            said = f" ({error}){said}" + (f"; {died}" if died else "")
-            return INTERNAL_ERROR, f"run_unit: FAILED: no results were written{said}"
-        return INTERNAL_ERROR, f"run_unit: FAILED: {died}{said}"
-    return _tests_line(code, summary, stopped_by)
-
-
-def _tests_said(code: int, summary: dict[str, object] | None, stopped_by: str | None) -> str:
-    _status, line = _tests_line(code, summary, stopped_by)
-    return line.removeprefix("run_unit: ").removeprefix("FAILED: ")
+    error, died = _text(summary, "results_error"), _text(summary, "died")
+    if error is None and died is None:
+        return _tests_line(code, summary, stopped_by)
+    # Exit 3 whatever the tests did (no record, or pytest died outside a test): say what they did too.
+    tests = summary.get("tests_exit_status" if error is not None else "exit_status") if summary else None
+    tests_code = tests if isinstance(tests, int) and not isinstance(tests, bool) else code if error else None
+    parts = [f"no results were written ({error})"] if error is not None else [str(died)]
+    if tests_code is not None:
+        _status, line = _tests_line(tests_code, summary, stopped_by)
+        parts.append("the tests: " + line.removeprefix("run_unit: ").removeprefix("FAILED: "))
+    if error is not None and died is not None:
+        parts.append(died)
+    return INTERNAL_ERROR, "run_unit: FAILED: " + "; ".join(parts)
 
 
 def _stopped_early(summary: dict[str, object] | None, where: str) -> str:

@@ -1,0 +1,59 @@
+"""The run summary: what run_unit reads to word its last line and reconcile its exit code
+(the file named by TESTHARNESS_SUMMARY_FILE, which run_unit's supervisor sets; nothing is
+written without it). Its one writer is the recorder, at the session's end and whenever the
+record's fate changes after it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from testharness import results
+from testharness.crash_record import SUMMARY_FILE_ENV
+
+if TYPE_CHECKING:
+    from testharness.recorder import RecordState
+
+
+def write(session: pytest.Session, st: RecordState) -> None:
+    """What run_unit reads to word its last line (TESTHARNESS_SUMMARY_FILE, set by it)."""
+    path = os.environ.get(SUMMARY_FILE_ENV)
+    if not path:
+        return
+    summary = {
+        "exit_status": int(session.exitstatus),
+        "tests_exit_status": int(session.exitstatus) if st.tests_status is None else st.tests_status,
+        "collected": session.testscollected,
+        "deselected": st.deselected,
+        "results": str(st.paths[0]) if st.paths else None,
+        "results_copy": str(st.paths[1]) if st.paths else None,
+        "results_error": st.write_error or None,
+        "stopped": st.stopped,
+    }
+    try:
+        results.write_json_atomic(Path(path), summary)
+    except OSError as exc:  # run_unit then words its line from the exit status alone
+        print(f"testharness: could not write the run summary {path}: {exc}", file=sys.stderr)
+
+
+def stop_cause(exc: BaseException) -> dict[str, str]:
+    """What ended the session early, for run_unit's last line: `by` is "signal" (a stop signal
+    sent to pytest itself), "collection" (errors during collection), "pytest" (pytest or a
+    plugin stopped the run: --sw after a failure, xdist's --maxfail), "exit" (pytest.exit) or
+    "KeyboardInterrupt" (raised by a test or a plugin); `reason` is pytest's words."""
+    reason = str(exc)
+    if isinstance(exc, pytest.exit.Exception):
+        return {"by": "exit", "reason": exc.msg}
+    if type(exc).__module__ == "testharness.interrupts":
+        return {"by": "signal", "reason": reason}
+    if type(exc) is KeyboardInterrupt:
+        return {"by": "KeyboardInterrupt", "reason": reason}
+    if re.fullmatch(r"\d+ errors? during collection", reason):
+        return {"by": "collection", "reason": reason}
+    return {"by": "pytest", "reason": reason}  # pytest's Interrupted(session.shouldstop), xdist's
