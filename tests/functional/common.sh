@@ -14,6 +14,12 @@
 # on exit, then the TensorBoard dump and the metric checks. The exit status is the
 # run's when it failed, else the checks'.
 #
+# What the run reached is recorded for `run_all.sh --affected` (docs/functional-tests.md,
+# "Running only what an edit affects"): its own coverage data and the files its driver read
+# go to tests/functional/<name>/reach/; when it passes without config overrides,
+# `testharness functional record` keeps them in the reach file ([tool.testharness.functional]);
+# when it fails, the record says so and the script runs again until it passes.
+#
 # Each script also declares how many GPUs it needs in a header line that run_all.sh
 # reads:   # num-gpus: 0      (0 = runs on CPU, so CI runs it)
 #
@@ -31,6 +37,7 @@ set -euo pipefail
 
 # The repo root, from this file's own location (not the caller's cwd).
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+FUNCTIONAL_STARTED_IN="$PWD"   # relative script paths are relative to it
 FUNCTIONAL_DIR="$REPO_ROOT/tests/functional"
 
 # Interpreter: $PYTHON; else `python` inside an active venv (`uv run` activates the
@@ -51,6 +58,34 @@ export PYTHON
 
 COVERAGE_DATA_FILE="${COVERAGE_DATA_FILE:-$REPO_ROOT/tests/.coverage}"
 COVERAGE_SOURCE="${COVERAGE_SOURCE:-nemo_rl}"
+FUNCTIONAL_INPUTS=()   # files a run depends on besides what its driver reads (the asset builder)
+
+# The harness's commands (`testharness ...`), with the checkout's copy when it is not installed.
+functional_harness() {
+    PYTHONPATH="$REPO_ROOT/tools/py${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m testharness "$@"
+}
+
+# GPUs this machine gives the scripts: $FUNCTIONAL_GPUS (run_all.sh --gpus N), else
+# nvidia-smi's count, limited by CUDA_VISIBLE_DEVICES.
+functional_gpus() {
+    if [[ -n "${FUNCTIONAL_GPUS:-}" ]]; then
+        echo "$FUNCTIONAL_GPUS"
+        return
+    fi
+    local n=0 visible
+    if command -v nvidia-smi >/dev/null 2>&1; then
+        n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+    fi
+    if [[ -n "${CUDA_VISIBLE_DEVICES+x}" ]]; then
+        if [[ -z "$CUDA_VISIBLE_DEVICES" || "$CUDA_VISIBLE_DEVICES" == "-1" ]]; then
+            visible=0
+        else
+            visible=$(tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c .)
+        fi
+        (( visible < n )) && n=$visible
+    fi
+    echo "$n"
+}
 
 # The header comment of the script at $1 (its lines after the shebang up to the first
 # line that is not a comment), without the leading '# '.
@@ -92,16 +127,19 @@ functional_init() {
         return 2
     fi
     EXP_DIR="$FUNCTIONAL_DIR/$EXP_NAME"
+    REACH_DIR="$EXP_DIR/reach"
     LOG_DIR="$EXP_DIR/logs"
     CKPT_DIR="$EXP_DIR/checkpoints"
     RUN_LOG="$EXP_DIR/run.log"
     JSON_METRICS="$EXP_DIR/metrics.json"
-    export EXP_NAME EXP_DIR LOG_DIR CKPT_DIR RUN_LOG JSON_METRICS
+    export EXP_NAME EXP_DIR REACH_DIR LOG_DIR CKPT_DIR RUN_LOG JSON_METRICS
 }
 
 # Build the unit-test assets when any of the given paths (relative to the repo) is missing.
+# The builder is an input of the run's record either way: the assets are what it makes.
 functional_require_assets() {
     local path
+    FUNCTIONAL_INPUTS+=("$REPO_ROOT/tests/unit/prepare_unit_test_assets.py")
     for path in "$@"; do
         if [[ ! -e "$REPO_ROOT/$path" ]]; then
             echo "[functional] missing $path: building test assets"
@@ -111,7 +149,9 @@ functional_require_assets() {
     done
 }
 
-# Run a Python script under coverage (appending to tests/.coverage) when coverage is installed.
+# Run a Python script under coverage when coverage is installed: measured into the run's own
+# data file ($REACH_DIR/coverage, appended to tests/.coverage afterwards), through the probe
+# that notes the repository files the script reads.
 functional_python() {
     if ! "$PYTHON" -c "import coverage" >/dev/null 2>&1; then
         echo "[functional] warning: coverage is not installed; running without it (try: uv run --group test ...)"
@@ -121,22 +161,62 @@ functional_python() {
     local append=(-a)
     # A parallel-mode config (e.g. [tool.coverage.run] patch = ["subprocess"], which
     # measures Ray workers too) refuses -a: each process then writes its own file next
-    # to tests/.coverage and functional_combine_coverage appends them afterwards.
+    # to the data file and functional_combine_coverage appends them afterwards.
     if "$PYTHON" -c "import coverage, sys; sys.exit(0 if coverage.Coverage().config.parallel else 1)" \
         >/dev/null 2>&1; then
         append=()
     fi
-    "$PYTHON" -m coverage run "${append[@]}" --data-file="$COVERAGE_DATA_FILE" \
-        --source="$COVERAGE_SOURCE" "$@"
+    TESTHARNESS_FUNCTIONAL_READS="$REACH_DIR/reads.txt" PYTHONPATH="$REPO_ROOT/tools/py${PYTHONPATH:+:$PYTHONPATH}" \
+        "$PYTHON" -m coverage run "${append[@]}" --data-file="$REACH_DIR/coverage" \
+        --source="$COVERAGE_SOURCE" -m testharness.functional.probe "$@"
 }
 
-# Fold data files written by subprocesses (Ray workers, parallel mode) into tests/.coverage.
+# Fold the data files written by subprocesses (Ray workers, parallel mode) into the run's,
+# then append the run's to tests/.coverage (the run's file stays: the reach is read from it).
 functional_combine_coverage() {
-    local dir base
-    dir="$(dirname "$COVERAGE_DATA_FILE")"
-    base="$(basename "$COVERAGE_DATA_FILE")"
-    if compgen -G "$dir/$base.*" >/dev/null && "$PYTHON" -c "import coverage" >/dev/null 2>&1; then
-        "$PYTHON" -m coverage combine --append --quiet --data-file="$COVERAGE_DATA_FILE" "$dir" || true
+    "$PYTHON" -c "import coverage" >/dev/null 2>&1 || return 0
+    if compgen -G "$REACH_DIR/coverage.*" >/dev/null; then
+        "$PYTHON" -m coverage combine --append --quiet --data-file="$REACH_DIR/coverage" "$REACH_DIR" || true
+    fi
+    if [[ -f "$REACH_DIR/coverage" ]]; then
+        mkdir -p "$(dirname "$COVERAGE_DATA_FILE")"
+        "$PYTHON" -m coverage combine --append --keep --quiet --data-file="$COVERAGE_DATA_FILE" \
+            "$REACH_DIR/coverage" || true
+    fi
+}
+
+# The files that define this script's shell functions (the script, common.sh, a script it
+# sources): inputs of its record, besides what its driver read.
+_functional_script_files() {
+    local name file
+    shopt -s extdebug
+    while read -r _ _ name; do
+        file="$(declare -F "$name" | cut -d' ' -f3-)"
+        [[ "$file" == /* ]] || file="$FUNCTIONAL_STARTED_IN/$file"   # as it was sourced, before the cd
+        echo "$file"
+    done < <(declare -F) | sort -u
+    shopt -u extdebug
+}
+
+# Record the run for run_all.sh --affected: $1 is the body's status (0: passed), the rest the
+# user's overrides. A run with overrides is not the script's own run: nothing is recorded.
+# Never changes the script's status.
+_functional_record() {
+    local rc="$1" gpus
+    shift
+    if (( $# )); then
+        echo "[functional] reach not recorded: a run with config overrides is not the script's own"
+        return 0
+    fi
+    gpus="$(functional_gpus)"
+    if (( rc == 0 )); then
+        local inputs=("${FUNCTIONAL_INPUTS[@]}")
+        mapfile -t -O "${#inputs[@]}" inputs < <(_functional_script_files)
+        functional_harness functional record "$EXP_NAME" "$REACH_DIR" --gpus "$gpus" --inputs "${inputs[@]}" \
+            || echo "[functional] warning: the reach could not be recorded (see above)"
+    else
+        functional_harness functional record "$EXP_NAME" "$REACH_DIR" --gpus "$gpus" --failed \
+            || echo "[functional] warning: the failure could not be recorded (see above)"
     fi
 }
 
@@ -167,6 +247,8 @@ _functional_body() {
     _functional_cleanup
     if (( rc != 0 )); then
         echo "[functional] $EXP_NAME: FAIL (the run itself failed; see $RUN_LOG)"
+        # Stopped by a signal (Ctrl-C, SIGTERM): an interrupted run records nothing.
+        (( rc == 130 || rc == 143 )) || _functional_record "$rc" "$@"
         return "$rc"
     fi
     rc=0
@@ -178,6 +260,7 @@ _functional_body() {
     else
         echo "[functional] $EXP_NAME: FAIL (the metrics could not be read or checked: see the error above)"
     fi
+    _functional_record "$rc" "$@"
     return "$rc"
 }
 
@@ -199,7 +282,8 @@ functional_main() {
         fi
     fi
     rm -rf "$EXP_DIR"
-    mkdir -p "$LOG_DIR"
+    mkdir -p "$LOG_DIR" "$REACH_DIR"
+    functional_harness functional begin "$REACH_DIR" || true   # the repository as the run starts
     # The table is printed through tee (not a terminal): size it for the real terminal.
     if [[ -z "${TABLE_WIDTH:-}" && -t 1 ]]; then
         TABLE_WIDTH="$(tput cols 2>/dev/null || echo 200)"

@@ -5,44 +5,43 @@
 #   bash tests/functional/run_all.sh sft grpo          # only these (name, name.sh or path)
 #   bash tests/functional/run_all.sh sft -- policy.optimizer.lr=1e-3   # overrides for each
 #   bash tests/functional/run_all.sh --list            # scripts and the GPUs they need
+#   bash tests/functional/run_all.sh --affected        # only the scripts an edit since their
+#                                                      # last passing run can affect
+#   bash tests/functional/run_all.sh --affected --since origin/main --list   # verdicts, run nothing
 #
 # Each script (every *.sh next to this one except common.sh) declares the GPUs it needs
 # in a header line "# num-gpus: N"; N=0 means CPU-capable. Scripts needing more GPUs
 # than are visible are reported as SKIP, a script without the header as ERROR.
-# Exit status: 0 when every script that ran passed, 1 otherwise (or when none ran),
-# 2 on a usage error (an unknown option, an unknown test, an argument after -- that is not
-# a key=value override), before any test runs. Each script checks the overrides itself too.
+# Exit status: 0 when every script that ran passed, 1 otherwise (or when none ran, unless
+# --affected found nothing to run), 2 on a usage error (an unknown option, an unknown test,
+# an argument after -- that is not a key=value override, a --since that names no commit),
+# before any test runs. Each script checks the overrides itself too.
+#
+# --affected reads what each script's last passing run reached (recorded by every passing
+# run without overrides; docs/functional-tests.md): a script runs when an edit touches a
+# function it ran, import-time code it executed or a file it read, when it never passed or
+# failed last, and every script runs when the environment (uv.lock, ...) or the functional
+# harness changed or a file no recorded run read did. Each verdict is printed with its reason.
 set -uo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+source "$HERE/common.sh"   # PYTHON, functional_harness, functional_gpus
+set +e                     # common.sh sets -e for the scripts; a failing script must not end this loop
 
 usage() {
     sed -n '2,/^[^#]/p' "${BASH_SOURCE[0]}" | sed '/^[^#]/d; s/^# \{0,1\}//'
     cat <<'EOF'
 
 Options:
-  --gpus N   treat the machine as having N GPUs (default: detected with nvidia-smi,
-             limited by CUDA_VISIBLE_DEVICES)
-  --list     list the scripts and the GPUs each needs, run nothing
-  -h, --help this help
+  --gpus N      treat the machine as having N GPUs (default: detected with nvidia-smi,
+                limited by CUDA_VISIBLE_DEVICES)
+  --list        list the scripts and the GPUs each needs (with --affected: and whether
+                each runs, and why), run nothing
+  --affected    run only the scripts an edit can affect, judged since each one's last
+                passing run; the others are listed as SKIP with the reason
+  --since REF   with --affected: judge the edit since the git revision REF instead
+  -h, --help    this help
 EOF
-}
-
-detect_gpus() {
-    local n=0
-    if command -v nvidia-smi >/dev/null 2>&1; then
-        n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-    fi
-    if [[ -n "${CUDA_VISIBLE_DEVICES+x}" ]]; then
-        local visible
-        if [[ -z "$CUDA_VISIBLE_DEVICES" || "$CUDA_VISIBLE_DEVICES" == "-1" ]]; then
-            visible=0
-        else
-            visible=$(tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c .)
-        fi
-        (( visible < n )) && n=$visible
-    fi
-    echo "$n"
 }
 
 # The "# num-gpus: N" header of a script (empty when it has none).
@@ -84,12 +83,24 @@ now_ms() { date +%s%3N; }
 
 GPUS=""
 LIST=0
+AFFECTED=0
+SINCE=""
 NAMES=()
 PASSTHROUGH=()
 while (( $# )); do
     case "$1" in
         -h | --help) usage; exit 0 ;;
         --list) LIST=1 ;;
+        --affected) AFFECTED=1 ;;
+        --since)
+            if [[ $# -lt 2 || -z "$2" || "$2" == -* ]]; then
+                echo "error: --since needs a git revision, e.g. --since origin/main" >&2; exit 2
+            fi
+            SINCE="$2"; shift ;;
+        --since=*)
+            SINCE="${1#*=}"
+            [[ -n "$SINCE" ]] || { echo "error: --since needs a git revision, e.g. --since origin/main" >&2; exit 2; }
+            ;;
         --gpus)
             if [[ $# -lt 2 || ! "$2" =~ ^[0-9]+$ ]]; then
                 echo "error: --gpus needs a number, e.g. --gpus 0" >&2; exit 2
@@ -112,7 +123,11 @@ while (( $# )); do
     esac
     shift
 done
-[[ -n "$GPUS" ]] || GPUS=$(detect_gpus)
+if [[ -n "$SINCE" ]] && (( ! AFFECTED )); then
+    echo "error: --since REF goes with --affected (run_all.sh --affected --since REF)" >&2; exit 2
+fi
+[[ -n "$GPUS" ]] || GPUS=$(functional_gpus)
+export FUNCTIONAL_GPUS="$GPUS"   # the scripts record their reach with the same count
 
 SCRIPTS=()
 if (( ${#NAMES[@]} )); then
@@ -131,17 +146,38 @@ if (( ${#SCRIPTS[@]} == 0 )); then
     exit 1
 fi
 
+# --affected: one verdict per script (runs | skipped) and its reason, from the reach file.
+declare -A VERDICT=() REASON=()
+if (( AFFECTED )); then
+    since_args=()
+    [[ -n "$SINCE" ]] && since_args=(--since "$SINCE")
+    verdicts="$(cd "$REPO_ROOT" && functional_harness functional affected --gpus "$GPUS" "${since_args[@]}" "${SCRIPTS[@]}")" \
+        || exit $?
+    while IFS=$'\t' read -r name verdict reason; do
+        VERDICT[$name]="$verdict" REASON[$name]="$reason"
+    done <<<"$verdicts"
+fi
+
 if (( LIST )); then
-    printf '%-24s %s\n' "NAME" "GPUS"
+    if (( AFFECTED )); then
+        printf '%-24s %-5s %s\n' "NAME" "GPUS" "VERDICT"
+    else
+        printf '%-24s %s\n' "NAME" "GPUS"
+    fi
     for s in "${SCRIPTS[@]}"; do
+        name="$(basename "$s" .sh)"
         need="$(required_gpus "$s")"
-        printf '%-24s %s\n' "$(basename "$s" .sh)" "${need:-missing '# num-gpus: N' header}"
+        if (( AFFECTED )); then
+            printf '%-24s %-5s %s\n' "$name" "${need:-?}" "${VERDICT[$name]}: ${REASON[$name]}"
+        else
+            printf '%-24s %s\n' "$name" "${need:-missing '# num-gpus: N' header}"
+        fi
     done
     exit 0
 fi
 
 ROW_NAME=() ROW_STATUS=() ROW_TIME=() ROW_NOTE=()
-ran=0 failed=0
+ran=0 failed=0 unaffected=0
 for s in "${SCRIPTS[@]}"; do
     name="$(basename "$s" .sh)"
     need="$(required_gpus "$s")"
@@ -155,7 +191,16 @@ for s in "${SCRIPTS[@]}"; do
         ROW_NOTE+=("needs $need GPU(s), $GPUS available")
         continue
     fi
-    echo "=== [run_all] $name (needs $need GPU(s)) ==="
+    if (( AFFECTED )) && [[ "${VERDICT[$name]}" != "runs" ]]; then
+        ROW_NAME+=("$name") ROW_STATUS+=("SKIP") ROW_TIME+=("-")
+        ROW_NOTE+=("not affected: ${REASON[$name]}"); unaffected=$((unaffected + 1))
+        continue
+    fi
+    if (( AFFECTED )); then
+        echo "=== [run_all] $name (needs $need GPU(s); runs: ${REASON[$name]}) ==="
+    else
+        echo "=== [run_all] $name (needs $need GPU(s)) ==="
+    fi
     start=$(now_ms)
     bash "$s" "${PASSTHROUGH[@]}"
     rc=$?
@@ -178,6 +223,10 @@ for i in "${!ROW_NAME[@]}"; do
 done
 
 if (( ran == 0 )); then
+    if (( AFFECTED && unaffected > 0 && failed == 0 )); then
+        echo "nothing to run: no script this machine can run is affected${SINCE:+ since $SINCE}"
+        exit 0
+    fi
     echo "error: no functional test ran (all skipped or invalid)" >&2
     exit 1
 fi

@@ -228,6 +228,7 @@ def test_common_runs_dumps_checks_and_cleans_up(fake_repo: Path, tmp_path: Path)
         "checks.json",
         "logs",
         "metrics.json",
+        "reach",  # what the run reached, for run_all.sh --affected
         "run.log",
     ]
     assert "trained with" in (exp / "run.log").read_text()

@@ -5,6 +5,7 @@
     testharness tb-dump         TensorBoard scalars to JSON (tests/json_dump_tb_logs.py)
     testharness run-unit        what tests/run_unit.sh runs: its flags, then pytest's
     testharness explain         why --testmon selects the tests of these files (remote-aware selection)
+    testharness functional      what functional scripts reach; which ones an edit affects (run_all.sh --affected)
 
 Each subcommand lives in its own module with `add_arguments(parser)` and `run(args) -> int`;
 this file only wires them up. `testharness <subcommand> --help` describes each one.
@@ -18,6 +19,7 @@ from collections.abc import Callable, Sequence
 
 from testharness import report, tb_dump_cli
 from testharness.checks import cli as checks_cli
+from testharness.functional import cli as functional_cli
 from testharness.remote_select import __main__ as explain_cli
 from testharness.report import cli as report_cli
 
@@ -61,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     tb_dump_cli.add_arguments(add("tb-dump", summary, tb_dump_cli.DESCRIPTION, tb_dump_cli.run, tb_dump_cli.EPILOG))
     summary = "why --testmon selects the tests of these files (static closure and recorded reach)"
     explain_cli.add_arguments(add("explain", summary, explain_cli.DESCRIPTION, explain_cli.run))
+    summary = "what functional scripts reach; which ones an edit affects (run_all.sh --affected)"
+    functional_cli.add_arguments(add("functional", summary, functional_cli.DESCRIPTION, functional_cli.run))
     # Listed for `testharness --help`; its arguments are unit_runner's own (see main()).
     commands.add_parser(
         RUN_UNIT,

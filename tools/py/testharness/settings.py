@@ -48,6 +48,15 @@ whose message is one line naming the file and the key. The defaults are pytest's
     gpu_threshold_mib = 1024               # GPU memory growth per GPU that counts as a leak
     settle_s = 3                           # how long a leak may take to go away after teardown
     timeout = 900                          # seconds per test (0: off); @pytest.mark.timeout(N) per test
+
+    [tool.testharness.functional]          # run_all.sh --affected (docs/functional-tests.md)
+    reach_file = ".nrl_functional_reach.json"  # what each script's last passing run reached
+    source = ["nemo_rl"]                   # measured per function (default: source_packages)
+    environment = ["uv.lock", "pyproject.toml", "docker/*"]   # a change runs every script
+    harness = ["tests/functional/common.sh"]                   # ... and so does one here
+    unrelated = ["docs/*", "*.md"]         # never read by a script: a change runs none
+    # Globs are fnmatch's, on paths relative to the root (`*` crosses `/`). A changed file
+    # matching none of them and read by no recorded run runs every script.
 """
 
 from __future__ import annotations
@@ -62,6 +71,10 @@ from typing import Any
 DEFAULT_TEST_ROOTS = ("tests",)  # used when neither test_roots nor pytest's testpaths is set
 DEFAULT_REMOTE_MAP_FILE = ".testharness_remote_map.json"
 DEFAULT_REMOTE_STATE_FILE = ".testharness_remote_state.json"
+DEFAULT_FUNCTIONAL_REACH_FILE = ".testharness_functional_reach.json"
+# What a project's environment is made of, wherever it comes from (a change runs every script).
+DEFAULT_ENVIRONMENT = ("uv.lock", "pyproject.toml", "poetry.lock", "requirements*.txt", "setup.py", "setup.cfg",
+                       "Dockerfile*", "docker/*", ".python-version")  # fmt: skip
 MODES = ("opt-in", "only")
 TABLE = "[tool.testharness]"
 
@@ -122,6 +135,17 @@ class Hygiene:
 
 
 @dataclass(frozen=True)
+class Functional:
+    """[tool.testharness.functional]: what the functional scripts' selection reads (testharness.functional)."""
+
+    reach_file: Path
+    source: tuple[str, ...] = ()  # directories, relative to the root, measured per function
+    environment: tuple[str, ...] = DEFAULT_ENVIRONMENT
+    harness: tuple[str, ...] = ()
+    unrelated: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Settings:
     """The harness settings, with paths resolved against the project root."""
 
@@ -139,6 +163,7 @@ class Settings:
     # [tool.testharness.report], raw: the report's rules parser validates it and names the file
     report: Mapping[str, Any] = field(default_factory=dict)
     hygiene: Hygiene = field(default_factory=Hygiene)
+    functional: Functional = field(default_factory=lambda: Functional(Path(DEFAULT_FUNCTIONAL_REACH_FILE)))
     configured: bool = False  # the project's pyproject.toml has [tool.testharness]
 
 
@@ -262,6 +287,24 @@ def _hygiene(table: _Table) -> Hygiene:
     )
 
 
+def _functional(table: _Table, root: Path, packages: tuple[str, ...]) -> Functional:
+    raw = _sub_table(table.data, "functional", table.file, f"{TABLE[:-1]}.functional]")
+    t = _Table(raw, table.file, f"{TABLE[:-1]}.functional]")
+    unknown = sorted(set(raw) - {"reach_file", "source", "environment", "harness", "unrelated"})
+    if unknown:
+        raise t.error(unknown[0], "is not a known key")
+    source = t.str_list("source", packages)
+    for value in source:
+        t.inside(root, "source", value)
+    return Functional(
+        reach_file=t.inside(root, "reach_file", t.text("reach_file", DEFAULT_FUNCTIONAL_REACH_FILE)),
+        source=tuple(PurePosixPath(v).as_posix() for v in source),
+        environment=t.str_list("environment", DEFAULT_ENVIRONMENT),
+        harness=t.str_list("harness", ()),
+        unrelated=t.str_list("unrelated", ()),
+    )
+
+
 def load_settings(root: Path) -> Settings:
     """Read `root/pyproject.toml`'s [tool.testharness]; defaults when the file or table is absent."""
     pyproject = root / "pyproject.toml"
@@ -301,6 +344,7 @@ def load_settings(root: Path) -> Settings:
         marker_groups=_marker_groups(table),
         report=_sub_table(table.data, "report", pyproject, f"{TABLE[:-1]}.report]"),
         hygiene=_hygiene(table),
+        functional=_functional(table, root, packages),
         configured="testharness" in tool,
     )
 

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import json
 import os
 import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
 _DAMAGED = ("SQLITE_CORRUPT", "SQLITE_NOTADB")  # error names, prefixes (SQLITE_CORRUPT_INDEX, ...)
@@ -156,3 +158,36 @@ def exclusive(path: Path, timeout: float = 60.0, poll: float = 0.05) -> Iterator
         except OSError:
             pass
         os.close(fd)
+
+
+def load_json_state(path: Path, fmt: str, version: int) -> tuple[dict[str, Any] | None, str | None]:
+    """A JSON state file of the given `format` and `version`: (data, None) when valid, (None,
+    None) when absent, (None, warning) otherwise. Never raises: its owner rebuilds what is lost."""
+    if os.path.lexists(path) and not path.is_file():
+        # A directory (or a FIFO: reading would block) is never replaced by a save: move it.
+        what = "a directory" if path.is_dir() else "not a regular file"
+        try:
+            moved = move_aside(path, timestamp())
+        except OSError as exc:
+            return (
+                None,
+                f"{path.name} is {what} and could not be moved aside ({exc.strerror or exc}); remove it by hand",
+            )
+        return None, f"{path.name} is {what}; moved it to {moved.name}, rebuilding it"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None, None
+    except UnicodeDecodeError:
+        return None, f"{path.name} is corrupted (not UTF-8 text); rebuilding it"
+    except OSError as exc:
+        return None, f"{path.name} is unreadable ({exc.__class__.__name__}); rebuilding it"
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        return None, f"{path.name} is corrupted (not JSON); rebuilding it"
+    if not isinstance(data, dict) or data.get("format") != fmt:
+        return None, f"{path.name} is not a {fmt} file; rebuilding it"
+    if data.get("version") != version:
+        return None, f"{path.name} has format version {data.get('version')!r}, expected {version}; rebuilding it"
+    return data, None

@@ -22,8 +22,6 @@ they finish (`merge_state`, `merge_map_tests`: pure), under an exclusive lock
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,7 +29,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from testharness.atomic_io import write_json_atomic
 from testharness.settings import Settings
-from testharness.state_files import exclusive, move_aside, timestamp
+from testharness.state_files import exclusive, load_json_state
 
 from .records import (
     ParsedFile,
@@ -64,38 +62,6 @@ VERSION = 3  # of the state file
 # `import_module(".x", package=...)` names (cached parses of version 4 lack them); 6 reads
 # files without `ast` (lexical.py: other digests) and keeps the parse cache in its own file.
 MAP_VERSION = 6
-
-
-def _load(path: Path, fmt: str, version: int) -> tuple[dict[str, Any] | None, str | None]:
-    """(data, None) when valid, (None, None) when absent, (None, warning) otherwise."""
-    if os.path.lexists(path) and not path.is_file():
-        # A directory (or a FIFO: reading would block) is never replaced by a save: move it.
-        what = "a directory" if path.is_dir() else "not a regular file"
-        try:
-            moved = move_aside(path, timestamp())
-        except OSError as exc:
-            return (
-                None,
-                f"{path.name} is {what} and could not be moved aside ({exc.strerror or exc}); remove it by hand",
-            )
-        return None, f"{path.name} is {what}; moved it to {moved.name}, rebuilding it"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None, None
-    except UnicodeDecodeError:
-        return None, f"{path.name} is corrupted (not UTF-8 text); rebuilding it"
-    except OSError as exc:
-        return None, f"{path.name} is unreadable ({exc.__class__.__name__}); rebuilding it"
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        return None, f"{path.name} is corrupted (not JSON); rebuilding it"
-    if not isinstance(data, dict) or data.get("format") != fmt:
-        return None, f"{path.name} is not a {fmt} file; rebuilding it"
-    if data.get("version") != version:
-        return None, f"{path.name} has format version {data.get('version')!r}, expected {version}; rebuilding it"
-    return data, None
 
 
 def _is_str_map(value: Any) -> bool:
@@ -134,7 +100,7 @@ def _reach_id(entries: list[str]) -> str:
 
 
 def load_state(path: Path) -> tuple[State, str | None]:
-    data, warning = _load(path, STATE_FORMAT, VERSION)
+    data, warning = load_json_state(path, STATE_FORMAT, VERSION)
     if data is None:
         return State(), warning
     gens, tests = data.get("generations"), data.get("tests")
@@ -203,7 +169,7 @@ class ParseCache:
         if self._raw is None:
             self._raw = {}
             assert self.path is not None
-            data, self.warning = _load(self.path, PARSE_CACHE_FORMAT, MAP_VERSION)
+            data, self.warning = load_json_state(self.path, PARSE_CACHE_FORMAT, MAP_VERSION)
             if data is not None and isinstance(data.get("entries"), dict):
                 self._raw = data["entries"]
         return self._raw
@@ -281,7 +247,7 @@ class MapData:
 
 
 def load_map(path: Path) -> tuple[MapData | None, str | None]:
-    data, warning = _load(path, MAP_FORMAT, MAP_VERSION)
+    data, warning = load_json_state(path, MAP_FORMAT, MAP_VERSION)
     if data is None:
         return None, warning
     try:

@@ -1,0 +1,228 @@
+"""run_all.sh --affected on a toy git repository: the real run_all.sh, common.sh, coverage,
+probe and git; a toy package whose two scripts reach different functions."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+FUNCTIONAL = REPO_ROOT / "tests" / "functional"
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("bash") is None or shutil.which("git") is None, reason="needs bash and git"
+)
+
+PYPROJECT = """[project]
+name = "toy"
+version = "0"
+
+[tool.testharness]
+source_packages = ["toypkg"]
+
+[tool.testharness.functional]
+reach_file = ".toy_reach.json"
+environment = ["uv.lock"]
+harness = ["tests/functional/common.sh", "tests/functional/run_all.sh"]
+unrelated = ["docs/*"]
+"""
+
+MODEL = """SCALE = 1.0
+
+
+def first_loss(step):
+    return 10.0 - 0.9 * step * SCALE
+
+
+def second_loss(step):
+    return 10.0 - 0.9 * step * SCALE
+"""
+
+TRAIN = """import sys
+from pathlib import Path
+
+from torch.utils.tensorboard import SummaryWriter
+
+from toypkg import model
+
+args = dict(a.split("=", 1) for a in sys.argv[1:])
+Path(__file__).with_name("settings.txt").read_text()
+loss = getattr(model, args["loss"])
+w = SummaryWriter(args["log_dir"])
+for step in range(1, 11):
+    w.add_scalar("train/loss", loss(step), step)
+w.close()
+"""
+
+SCRIPT = """#!/usr/bin/env bash
+# num-gpus: 0
+source "$(dirname "${{BASH_SOURCE[0]}}")/common.sh"
+run_experiment() {{ functional_python train.py loss={loss} log_dir="$LOG_DIR" "$@"; }}
+check_experiment() {{ functional_check 'data["train/loss"]["10"] < 0.5 * data["train/loss"]["1"]'; }}
+functional_main "$@"
+"""
+
+
+def git(repo: Path, *args: str) -> str:
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env).stdout
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The toy repository, committed, after one recording run_all.sh (both scripts pass)."""
+    repo = tmp_path_factory.mktemp("toy")
+    functional = repo / "tests" / "functional"
+    functional.mkdir(parents=True)
+    for name in ("common.sh", "run_all.sh"):
+        shutil.copy(FUNCTIONAL / name, functional / name)
+    for entry in ("check_metrics.py", "json_dump_tb_logs.py"):
+        shutil.copy(REPO_ROOT / "tests" / entry, repo / "tests" / entry)
+    (repo / "pyproject.toml").write_text(PYPROJECT)
+    (repo / "toypkg").mkdir()
+    (repo / "toypkg" / "__init__.py").write_text("")
+    (repo / "toypkg" / "model.py").write_text(MODEL)
+    (repo / "train.py").write_text(TRAIN)
+    (repo / "settings.txt").write_text("a setting\n")
+    (repo / "uv.lock").write_text("lock\n")
+    (repo / "docs").mkdir()
+    (repo / "docs" / "guide.md").write_text("guide\n")
+    (repo / ".gitignore").write_text(
+        "tests/functional/*/\n.toy_reach.json*\n.coverage*\ntests/.coverage*\n__pycache__/\n"
+    )
+    (functional / "first.sh").write_text(SCRIPT.format(loss="first_loss"))
+    (functional / "second.sh").write_text(SCRIPT.format(loss="second_loss"))
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "toy")
+    done = run_all(repo)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("[functional] reach recorded in .toy_reach.json") == 2, done.stdout
+    return repo
+
+
+def run_all(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHON": sys.executable, "COVERAGE_SOURCE": "toypkg"}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    return subprocess.run(
+        ["bash", str(repo / "tests" / "functional" / "run_all.sh"), *args],
+        capture_output=True, text=True, env=env, cwd=repo, check=False, timeout=300,
+    )  # fmt: skip
+
+
+def verdicts(repo: Path, *args: str) -> dict[str, str]:
+    done = run_all(repo, "--affected", "--list", *args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = done.stdout.splitlines()[1:]
+    return {row.split()[0]: row.split(None, 2)[2] for row in rows}
+
+
+@pytest.fixture
+def toy(recorded: Path) -> Path:
+    """The recorded repository; every edit a test makes is undone after it."""
+    yield recorded
+    git(recorded, "checkout", "-q", "--", ".")
+    git(recorded, "clean", "-q", "-f", "-e", "tests/functional/*/", "-e", ".toy_reach.json")
+
+
+def edit(repo: Path, rel: str, old: str, new: str) -> None:
+    path = repo / rel
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+
+
+SKIPPED = "skipped: nothing it reached changed"
+
+
+def test_no_change_runs_nothing_and_says_so(toy: Path) -> None:
+    assert verdicts(toy) == {"first": SKIPPED, "second": SKIPPED}
+    done = run_all(toy, "--affected")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "=== [run_all]" not in done.stdout
+    assert "nothing to run: no script this machine can run is affected" in done.stdout
+    assert "not affected: nothing it reached changed" in done.stdout
+
+
+@pytest.mark.parametrize(
+    "rel, old, new, first, second",
+    [
+        ("toypkg/model.py", "def first_loss(step):\n    return 10.0", "def first_loss(step):\n    return 10.5",
+         "runs: changed toypkg/model.py::first_loss", SKIPPED),
+        ("toypkg/model.py", "SCALE = 1.0", "SCALE = 1.01",
+         "runs: changed toypkg/model.py (import-time code)", "runs: changed toypkg/model.py (import-time code)"),
+        ("settings.txt", "a setting", "another", "runs: changed settings.txt", "runs: changed settings.txt"),
+        ("tests/functional/second.sh", "num-gpus: 0", "num-gpus: 0 ", SKIPPED, "runs: changed tests/functional/second.sh"),
+        ("uv.lock", "lock", "new lock", "runs: uv.lock changed", "runs: uv.lock changed"),
+        ("docs/guide.md", "guide", "more guide", SKIPPED, SKIPPED),
+        ("tests/functional/common.sh", "set -euo pipefail", "set -euo pipefail  # edited",
+         "runs: tests/functional/common.sh changed (the functional harness)",
+         "runs: tests/functional/common.sh changed (the functional harness)"),
+    ],
+    ids=["one function", "import-time code", "a file the driver read", "the script", "environment", "unrelated", "harness"],
+)  # fmt: skip
+def test_an_edit_runs_the_scripts_that_reached_it(
+    toy: Path, rel: str, old: str, new: str, first: str, second: str
+) -> None:
+    edit(toy, rel, old, new)
+    assert verdicts(toy) == {"first": first, "second": second}
+
+
+def test_a_file_no_run_read_runs_everything(toy: Path) -> None:
+    (toy / "data.json").write_text("{}")
+    why = "runs: changed data.json, which no recorded run reads (the reach cannot see it)"
+    assert verdicts(toy) == {"first": why, "second": why}
+
+
+def test_since_a_revision_judges_the_difference_from_it(toy: Path) -> None:
+    edit(toy, "toypkg/model.py", "def second_loss(step):\n    return 10.0", "def second_loss(step):\n    return 10.5")
+    git(toy, "commit", "-q", "-am", "second changes")
+    try:
+        assert verdicts(toy) == {"first": SKIPPED, "second": "runs: changed toypkg/model.py::second_loss"}
+        assert verdicts(toy, "--since", "HEAD") == {"first": SKIPPED, "second": SKIPPED}
+        assert verdicts(toy, "--since", "HEAD~1") == {
+            "first": SKIPPED,
+            "second": "runs: changed toypkg/model.py::second_loss",
+        }
+        bad = run_all(toy, "--affected", "--since", "no-such-branch")
+        assert bad.returncode == 2 and "'no-such-branch' names no commit" in bad.stderr
+        assert run_all(toy, "--since", "HEAD").returncode == 2  # --since without --affected
+    finally:
+        git(toy, "reset", "-q", "--hard", "HEAD~1")
+
+
+def test_a_failing_script_runs_until_it_passes_and_an_affected_run_records(toy: Path) -> None:
+    edit(
+        toy,
+        "toypkg/model.py",
+        "def first_loss(step):\n    return 10.0 - 0.9",
+        "def first_loss(step):\n    return 10.0 - 0.0",
+    )
+    done = run_all(toy, "--affected")
+    assert done.returncode == 1
+    assert "=== [run_all] first" in done.stdout and "=== [run_all] second" not in done.stdout
+    assert "first failed: it runs under --affected until it passes" in done.stdout
+    git(toy, "checkout", "-q", "--", "toypkg/model.py")
+    assert verdicts(toy)["first"] == "runs: failed at its last run"
+    done = run_all(toy, "--affected")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert verdicts(toy) == {"first": SKIPPED, "second": SKIPPED}
+
+
+def test_a_run_with_overrides_records_nothing(toy: Path) -> None:
+    edit(toy, "toypkg/model.py", "def first_loss(step):\n    return 10.0", "def first_loss(step):\n    return 10.5")
+    done = run_all(toy, "first", "--", "unused=1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "reach not recorded: a run with config overrides is not the script's own" in done.stdout
+    assert verdicts(toy)["first"] == "runs: changed toypkg/model.py::first_loss"
