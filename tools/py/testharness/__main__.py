@@ -6,6 +6,7 @@
     testharness run-unit        what tests/run_unit.sh runs: its flags, then pytest's
     testharness explain         why --testmon selects the tests of these files (remote-aware selection)
     testharness functional      what functional scripts reach; which ones an edit affects (run_all.sh --affected)
+    testharness state           save the selection state as one file, or load one (CI: select against the base branch)
 
 Each subcommand lives in its own module with `add_arguments(parser)` and `run(args) -> int`;
 this file only wires them up. `testharness <subcommand> --help` describes each one.
@@ -17,7 +18,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from testharness import report, tb_dump_cli
+from testharness import report, selection_state, tb_dump_cli
 from testharness.checks import cli as checks_cli
 from testharness.functional import cli as functional_cli
 from testharness.remote_select import __main__ as explain_cli
@@ -65,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     explain_cli.add_arguments(add("explain", summary, explain_cli.DESCRIPTION, explain_cli.run))
     summary = "what functional scripts reach; which ones an edit affects (run_all.sh --affected)"
     functional_cli.add_arguments(add("functional", summary, functional_cli.DESCRIPTION, functional_cli.run))
+    summary = "save the selection state (testmon, remote reach, functional reach) as one file, or load one"
+    selection_state.add_arguments(add("state", summary, selection_state.DESCRIPTION, selection_state.run))
     # Listed for `testharness --help`; its arguments are unit_runner's own (see main()).
     commands.add_parser(
         RUN_UNIT,

@@ -90,3 +90,11 @@ def is_ancestor(root: Path, commit: str, of: str = "HEAD") -> bool:
     except TreeError:
         return False
     return True
+
+
+def commits_between(root: Path, commit: str, of: str = "HEAD") -> int:
+    """How many commits `of` has that `commit` has not."""
+    try:
+        return int(_git(root, "rev-list", "--count", f"{commit}..{of}").decode().strip() or 0)
+    except (TreeError, ValueError):
+        return 0
