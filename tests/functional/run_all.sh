@@ -8,6 +8,7 @@
 #   bash tests/functional/run_all.sh --affected        # only the scripts an edit since their
 #                                                      # last passing run can affect
 #   bash tests/functional/run_all.sh --affected --since origin/main --list   # verdicts, run nothing
+#   bash tests/functional/run_all.sh --affected --shard 2/3   # this runner's third of the work
 #
 # Each script (every *.sh next to this one except common.sh) declares the GPUs it needs
 # in a header line "# num-gpus: N"; N=0 means CPU-capable. Scripts needing more GPUs
@@ -40,6 +41,8 @@ Options:
   --affected    run only the scripts an edit can affect, judged since each one's last
                 passing run; the others are listed as SKIP with the reason
   --since REF   with --affected: judge the edit since the git revision REF instead
+  --shard I/N   run only shard I of N of the scripts that would run (after --affected),
+                balanced by the durations their last passing runs recorded
   -h, --help    this help
 EOF
 }
@@ -85,6 +88,7 @@ GPUS=""
 LIST=0
 AFFECTED=0
 SINCE=""
+SHARD=""
 NAMES=()
 PASSTHROUGH=()
 while (( $# )); do
@@ -97,6 +101,10 @@ while (( $# )); do
                 echo "error: --since needs a git revision, e.g. --since origin/main" >&2; exit 2
             fi
             SINCE="$2"; shift ;;
+        --shard)
+            [[ $# -ge 2 ]] || { echo "error: --shard needs I/N, e.g. --shard 1/3" >&2; exit 2; }
+            SHARD="$2"; shift ;;
+        --shard=*) SHARD="${1#*=}" ;;
         --since=*)
             SINCE="${1#*=}"
             [[ -n "$SINCE" ]] || { echo "error: --since needs a git revision, e.g. --since origin/main" >&2; exit 2; }
@@ -146,20 +154,31 @@ if (( ${#SCRIPTS[@]} == 0 )); then
     exit 1
 fi
 
-# --affected: one verdict per script (runs | skipped) and its reason, from the reach file.
+# --affected, --shard: one verdict per script this machine can run (runs | skipped) and its
+# reason, from the reach file. The others stay ERROR / SKIP below, whatever the selection.
 declare -A VERDICT=() REASON=()
-if (( AFFECTED )); then
-    since_args=()
-    [[ -n "$SINCE" ]] && since_args=(--since "$SINCE")
-    verdicts="$(cd "$REPO_ROOT" && functional_harness functional affected --gpus "$GPUS" "${since_args[@]}" "${SCRIPTS[@]}")" \
-        || exit $?
-    while IFS=$'\t' read -r name verdict reason; do
-        VERDICT[$name]="$verdict" REASON[$name]="$reason"
-    done <<<"$verdicts"
+SELECTING=0
+[[ -n "$SHARD" ]] || (( AFFECTED )) && SELECTING=1
+if (( SELECTING )); then
+    plan_args=(--gpus "$GPUS")
+    (( AFFECTED )) && plan_args+=(--affected)
+    [[ -n "$SINCE" ]] && plan_args+=(--since "$SINCE")
+    [[ -n "$SHARD" ]] && plan_args+=(--shard "$SHARD")
+    runnable=()
+    for s in "${SCRIPTS[@]}"; do
+        need="$(required_gpus "$s")"
+        [[ -n "$need" ]] && (( need <= GPUS )) && runnable+=("$s")
+    done
+    if (( ${#runnable[@]} )); then
+        verdicts="$(cd "$REPO_ROOT" && functional_harness functional plan "${plan_args[@]}" "${runnable[@]}")" || exit $?
+        while IFS=$'\t' read -r name verdict reason; do
+            VERDICT[$name]="$verdict" REASON[$name]="$reason"
+        done <<<"$verdicts"
+    fi
 fi
 
 if (( LIST )); then
-    if (( AFFECTED )); then
+    if (( SELECTING )); then
         printf '%-24s %-5s %s\n' "NAME" "GPUS" "VERDICT"
     else
         printf '%-24s %s\n' "NAME" "GPUS"
@@ -167,8 +186,15 @@ if (( LIST )); then
     for s in "${SCRIPTS[@]}"; do
         name="$(basename "$s" .sh)"
         need="$(required_gpus "$s")"
-        if (( AFFECTED )); then
-            printf '%-24s %-5s %s\n' "$name" "${need:-?}" "${VERDICT[$name]}: ${REASON[$name]}"
+        if (( SELECTING )); then
+            if [[ -z "$need" ]]; then
+                verdict="error: no '# num-gpus: N' header line"
+            elif (( need > GPUS )); then
+                verdict="SKIP: needs $need GPU(s), $GPUS available"
+            else
+                verdict="${VERDICT[$name]}: ${REASON[$name]}"
+            fi
+            printf '%-24s %-5s %s\n' "$name" "${need:-?}" "$verdict"
         else
             printf '%-24s %s\n' "$name" "${need:-missing '# num-gpus: N' header}"
         fi
@@ -191,12 +217,12 @@ for s in "${SCRIPTS[@]}"; do
         ROW_NOTE+=("needs $need GPU(s), $GPUS available")
         continue
     fi
-    if (( AFFECTED )) && [[ "${VERDICT[$name]}" != "runs" ]]; then
+    if (( SELECTING )) && [[ "${VERDICT[$name]}" != "runs" ]]; then
         ROW_NAME+=("$name") ROW_STATUS+=("SKIP") ROW_TIME+=("-")
-        ROW_NOTE+=("not affected: ${REASON[$name]}"); unaffected=$((unaffected + 1))
+        ROW_NOTE+=("not selected: ${REASON[$name]}"); unaffected=$((unaffected + 1))
         continue
     fi
-    if (( AFFECTED )); then
+    if (( SELECTING )); then
         echo "=== [run_all] $name (needs $need GPU(s); runs: ${REASON[$name]}) ==="
     else
         echo "=== [run_all] $name (needs $need GPU(s)) ==="
@@ -223,8 +249,8 @@ for i in "${!ROW_NAME[@]}"; do
 done
 
 if (( ran == 0 )); then
-    if (( AFFECTED && unaffected > 0 && failed == 0 )); then
-        echo "nothing to run: no script this machine can run is affected${SINCE:+ since $SINCE}"
+    if (( SELECTING && unaffected > 0 && failed == 0 )); then
+        echo "nothing to run: no script this machine can run is selected${SINCE:+ (affected since $SINCE)}${SHARD:+ for shard $SHARD}"
         exit 0
     fi
     echo "error: no functional test ran (all skipped or invalid)" >&2

@@ -151,8 +151,8 @@ def test_no_change_runs_nothing_and_says_so(toy: Path) -> None:
     done = run_all(toy, "--affected")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "=== [run_all]" not in done.stdout
-    assert "nothing to run: no script this machine can run is affected" in done.stdout
-    assert "not affected: nothing it reached changed" in done.stdout
+    assert "nothing to run: no script this machine can run is selected" in done.stdout
+    assert "not selected: nothing it reached changed" in done.stdout
 
 
 @pytest.mark.parametrize(
@@ -226,3 +226,19 @@ def test_a_run_with_overrides_records_nothing(toy: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "reach not recorded: a run with config overrides is not the script's own" in done.stdout
     assert verdicts(toy)["first"] == "runs: changed toypkg/model.py::first_loss"
+
+
+def test_shards_split_the_selected_scripts_by_their_recorded_durations(toy: Path) -> None:
+    edit(toy, "toypkg/model.py", "SCALE = 1.0", "SCALE = 1.01")  # both scripts affected
+    one, two = verdicts(toy, "--shard", "1/2"), verdicts(toy, "--shard", "2/2")
+    runs = {name for v in (one, two) for name, why in v.items() if why.startswith("runs: ")}
+    assert runs == {"first", "second"}
+    assert sum(why.startswith("runs: ") for why in one.values()) == 1
+    assert any(why.startswith("skipped: shard 2/2 runs it") for why in one.values())
+    assert all(why.endswith("; shard 1/2") for why in one.values() if why.startswith("runs: "))
+    git(toy, "checkout", "-q", "--", "toypkg/model.py")
+    assert verdicts(toy, "--shard", "1/2") == {"first": SKIPPED, "second": SKIPPED}  # --affected --list adds it
+    plain = run_all(toy, "--list", "--shard", "2/2")  # without --affected: a shard of every script
+    assert plain.returncode == 0 and plain.stdout.count("runs: selected; shard 2/2") == 1, plain.stdout
+    bad = run_all(toy, "--shard", "3/2")
+    assert bad.returncode == 2 and "--shard" in bad.stderr

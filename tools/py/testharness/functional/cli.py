@@ -3,7 +3,7 @@
     testharness functional begin DIR                 the repository's state as a run starts
     testharness functional record NAME DIR --gpus N  after a passing run: what it reached
     testharness functional record NAME DIR --failed  after a failed run: run it again next time
-    testharness functional affected --gpus N [--since REF] SCRIPT...
+    testharness functional plan --gpus N [--affected [--since REF]] [--shard I/N] SCRIPT...
                                                      one line per script: NAME<TAB>runs|skipped<TAB>reason
 
 DIR is the run's directory (tests/functional/<name>/reach): begin writes start.json there,
@@ -22,6 +22,7 @@ from pathlib import Path
 
 from testharness.atomic_io import write_json_atomic
 from testharness.settings import Settings, SettingsError, find_project_root, load_settings
+from testharness.shard_plan import ShardSpecError, parse_shard_spec, plan_shards
 
 from . import store, tree
 from .reach import measured_lines, reach_of, repository_paths
@@ -41,10 +42,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     record.add_argument("--gpus", type=int, default=0)
     record.add_argument("--failed", action="store_true", help="the run failed: it runs again until it passes")
     record.add_argument("--inputs", nargs="*", default=[], help="files the run read besides its driver's (the scripts)")
-    affected = actions.add_parser("affected", help="which scripts an edit affects, and why")
-    affected.add_argument("scripts", nargs="+", type=Path)
-    affected.add_argument("--gpus", type=int, default=0)
-    affected.add_argument("--since", metavar="REF", help="judge the edit since this git revision")
+    plan_p = actions.add_parser("plan", help="which scripts run (--affected: which ones an edit affects; --shard)")
+    plan_p.add_argument("scripts", nargs="+", type=Path)
+    plan_p.add_argument("--gpus", type=int, default=0)
+    plan_p.add_argument("--affected", action="store_true", help="only the scripts an edit can affect")
+    plan_p.add_argument("--since", metavar="REF", help="with --affected: judge the edit since this git revision")
+    plan_p.add_argument(
+        "--shard", metavar="I/N", help="only shard I of N of the scripts that run, by recorded durations"
+    )
 
 
 def _rules(settings: Settings) -> Rules:
@@ -158,19 +163,46 @@ def verdicts(
     return out, notes
 
 
-def affected(settings: Settings, args: argparse.Namespace) -> int:
+def plan(settings: Settings, args: argparse.Namespace) -> int:
     names = [p.name.removesuffix(".sh") for p in args.scripts]
+    if args.since is not None and not args.affected:
+        print("error: --since REF goes with --affected", file=sys.stderr)
+        return 2
+    found: dict[str, Verdict] = {n: Verdict(True, "selected") for n in names}
     try:
-        found, notes = verdicts(settings, names, args.gpus, args.since)
+        if args.affected:
+            found, notes = verdicts(settings, names, args.gpus, args.since)
+            for line in notes:
+                print(f"warning: {line}", file=sys.stderr)
+        if args.shard is not None:
+            index, count = parse_shard_spec(args.shard)
+            found = _sharded(settings, found, index, count)
     except tree.TreeError as exc:
         print(f"error: --since: {exc}", file=sys.stderr)
         return 2
-    for line in notes:
-        print(f"warning: {line}", file=sys.stderr)
+    except ShardSpecError as exc:
+        print(f"error: --shard: {exc}", file=sys.stderr)
+        return 2
     for name in names:
         v = found[name]
         print(f"{name}\t{'runs' if v.runs else 'skipped'}\t{v.reason}")
     return 0
+
+
+def _sharded(settings: Settings, found: dict[str, Verdict], index: int, count: int) -> dict[str, Verdict]:
+    """Shard `index` of `count` of the scripts that run, balanced by their recorded durations."""
+    records, _ = store.load(settings.functional.reach_file)
+    durations = {n: r.duration_s for n, r in records.items() if r.duration_s > 0}
+    chosen = [n for n, v in found.items() if v.runs]
+    shards = plan_shards(chosen, durations, count)
+    out = dict(found)
+    for shard in shards.shards:
+        for name in shard.tests:
+            if shard.index != index:
+                out[name] = Verdict(False, f"shard {shard.index}/{count} runs it")
+            else:
+                out[name] = Verdict(True, f"{found[name].reason}; shard {index}/{count}")
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -183,4 +215,4 @@ def run(args: argparse.Namespace) -> int:
         return begin(settings.root, args.dir)
     if args.action == "record":
         return record(settings, args)
-    return affected(settings, args)
+    return plan(settings, args)
