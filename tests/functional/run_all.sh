@@ -248,6 +248,13 @@ for i in "${!ROW_NAME[@]}"; do
     printf "$fmt" "${ROW_NAME[$i]}" "${ROW_STATUS[$i]}" "${ROW_TIME[$i]}" "${ROW_NOTE[$i]}"
 done
 
+if [[ -n "${GITHUB_STEP_SUMMARY:-}" ]]; then   # GitHub Actions: the table and each script's checks
+    for i in "${!ROW_NAME[@]}"; do
+        printf '%s\t%s\t%s\t%s\n' "${ROW_NAME[$i]}" "${ROW_STATUS[$i]}" "${ROW_TIME[$i]}" "${ROW_NOTE[$i]}"
+    done | functional_harness functional summary "$HERE" --gpus "$GPUS" \
+        || echo "warning: could not append to \$GITHUB_STEP_SUMMARY" >&2
+fi
+
 if (( ran == 0 )); then
     if (( SELECTING && unaffected > 0 && failed == 0 )); then
         echo "nothing to run: no script this machine can run is selected${SINCE:+ (affected since $SINCE)}${SHARD:+ for shard $SHARD}"

@@ -112,8 +112,8 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return repo
 
 
-def run_all(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHON": sys.executable, "COVERAGE_SOURCE": "toypkg"}
+def run_all(repo: Path, *args: str, **extra_env: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHON": sys.executable, "COVERAGE_SOURCE": "toypkg", **extra_env}
     env.pop("CUDA_VISIBLE_DEVICES", None)
     return subprocess.run(
         ["bash", str(repo / "tests" / "functional" / "run_all.sh"), *args],
@@ -146,13 +146,15 @@ def edit(repo: Path, rel: str, old: str, new: str) -> None:
 SKIPPED = "skipped: nothing it reached changed"
 
 
-def test_no_change_runs_nothing_and_says_so(toy: Path) -> None:
+def test_no_change_runs_nothing_and_says_so(toy: Path, tmp_path: Path) -> None:
     assert verdicts(toy) == {"first": SKIPPED, "second": SKIPPED}
-    done = run_all(toy, "--affected")
+    summary = tmp_path / "step.md"
+    done = run_all(toy, "--affected", GITHUB_STEP_SUMMARY=str(summary))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "=== [run_all]" not in done.stdout
     assert "nothing to run: no script this machine can run is selected" in done.stdout
     assert "not selected: nothing it reached changed" in done.stdout
+    assert "| first | SKIP | - | not selected: nothing it reached changed |" in summary.read_text()
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from testharness import ci_report
 from testharness.requirements import first_option_problem
 from testharness.settings import MarkerGroup, Settings, SettingsError, load_settings
 from testharness.supervisor import supervise
@@ -33,7 +34,7 @@ def usage(groups: Sequence[MarkerGroup] = (), prog: str | None = None) -> str:
     flags = "".join(f"[{g.option}] " for g in groups)
     lines = [
         f"usage: {prog} {flags}[--rerun-failures N]",
-        " " * len(f"usage: {prog} ") + "[--shard I/N] [--shard-plan] [pytest args | paths ...]",
+        " " * len(f"usage: {prog} ") + "[--shard I/N] [--shard-plan] [--junitxml FILE] [pytest args | paths ...]",
         "",
     ]
     for g in groups:
@@ -47,6 +48,7 @@ def usage(groups: Sequence[MarkerGroup] = (), prog: str | None = None) -> str:
     lines += [
         "  --rerun-failures N  rerun a failing test up to N times (pytest-rerunfailures --reruns N)",
         "  --shard I/N         run shard I of N (balanced on past durations); --shard-plan prints it",
+        "  --junitxml FILE     JUnit XML of the run's record (crashed tests included), for CI",
         "  -h, --help          this help",
         "Every other argument goes to pytest (e.g. -k EXPR, -m EXPR, -x, FILE.py, FILE.py::TEST).",
         "Without paths the test roots run ([tool.testharness] test_roots, else pytest's testpaths).",
@@ -68,6 +70,7 @@ class Plan:
 
     pytest_args: list[str] = field(default_factory=list)
     show_help: bool = False
+    junitxml: Path | None = None  # written from the final record (ci_report), not by pytest
 
 
 def parse_args(argv: list[str]) -> Plan:
@@ -78,6 +81,17 @@ def parse_args(argv: list[str]) -> Plan:
         arg = argv[i]
         if arg in ("-h", "--help"):
             plan.show_help = True
+        elif arg in JUNIT_OPTIONS or arg.startswith(tuple(f"{o}=" for o in JUNIT_OPTIONS)):
+            # Each pytest round would write (and the next overwrite) its own file, and a round
+            # that dies writes none: the file is made from the run's one record at the end.
+            if "=" in arg:
+                value = arg.split("=", 1)[1]
+            else:
+                i += 1
+                value = argv[i] if i < len(argv) else ""
+            if not value:
+                raise UsageError(f"{arg.split('=')[0]} needs a file path, e.g. --junitxml=unit.xml")
+            plan.junitxml = Path(value)
         elif arg == "--rerun-failures" or arg.startswith("--rerun-failures="):
             if "=" in arg:
                 value = arg.split("=", 1)[1]
@@ -104,6 +118,9 @@ def parse_args(argv: list[str]) -> Plan:
             plan.pytest_args.append(arg)
         i += 1
     return plan
+
+
+JUNIT_OPTIONS = ("--junitxml", "--junit-xml")
 
 
 # pytest options whose value is a test path (`--ignore`, `--ignore-glob`: resolved from the
@@ -404,6 +421,9 @@ def main(argv: list[str] | None = None) -> int:
         run = supervise(cmd, env, Path(tmp))
         code = run.code
         status, message = interpret_exit(code, run.summary, run.stopped_by)
+    if code != USAGE_ERROR:
+        for problem in ci_report.write_unit_outputs(plan.junitxml, _text(run.summary, "results"), run.summary, message):
+            print(f"run_unit: {problem}", file=sys.stderr)
     if code == USAGE_ERROR:
         print(usage(settings.marker_groups), file=sys.stderr)
     print(message, file=sys.stderr if status else sys.stdout)

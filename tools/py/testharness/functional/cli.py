@@ -5,6 +5,7 @@
     testharness functional record NAME DIR --failed  after a failed run: run it again next time
     testharness functional plan --gpus N [--affected [--since REF]] [--shard I/N] SCRIPT...
                                                      one line per script: NAME<TAB>runs|skipped<TAB>reason
+    testharness functional summary DIR --gpus N      run_all's rows (TSV on stdin) to $GITHUB_STEP_SUMMARY
 
 DIR is the run's directory (tests/functional/<name>/reach): begin writes start.json there,
 the run writes its coverage data (`coverage`) and the driver's reads (`reads.txt`).
@@ -20,6 +21,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from testharness import ci_report
 from testharness.atomic_io import write_json_atomic
 from testharness.settings import Settings, SettingsError, find_project_root, load_settings
 from testharness.shard_plan import ShardSpecError, parse_shard_spec, plan_shards
@@ -42,6 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     record.add_argument("--gpus", type=int, default=0)
     record.add_argument("--failed", action="store_true", help="the run failed: it runs again until it passes")
     record.add_argument("--inputs", nargs="*", default=[], help="files the run read besides its driver's (the scripts)")
+    summary = actions.add_parser("summary", help="append run_all's table (TSV rows on stdin) to $GITHUB_STEP_SUMMARY")
+    summary.add_argument("functional_dir", type=Path)
+    summary.add_argument("--gpus", default="0")
     plan_p = actions.add_parser("plan", help="which scripts run (--affected: which ones an edit affects; --shard)")
     plan_p.add_argument("scripts", nargs="+", type=Path)
     plan_p.add_argument("--gpus", type=int, default=0)
@@ -215,4 +220,9 @@ def run(args: argparse.Namespace) -> int:
         return begin(settings.root, args.dir)
     if args.action == "record":
         return record(settings, args)
+    if args.action == "summary":
+        cells = [(line.split("\t") + ["", "", ""])[:4] for line in sys.stdin.read().splitlines() if line]
+        rows = [(c[0], c[1], c[2], c[3]) for c in cells]
+        ci_report.append_step_summary(ci_report.functional_markdown(rows, args.functional_dir, args.gpus))
+        return 0
     return plan(settings, args)
