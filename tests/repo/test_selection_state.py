@@ -104,9 +104,9 @@ def harness(cwd: Path, *args: str) -> str:
     return sh(cwd, sys.executable, "-m", "testharness", *args).stdout
 
 
-def unit_tests_run(clone: Path) -> list[str]:
+def unit_tests_run(clone: Path, *args: str) -> list[str]:
     """The tests a `pytest --testmon` run executed (the names of the passing ones)."""
-    done = sh(clone, sys.executable, "-m", "pytest", "--testmon", "-v", ok=False)
+    done = sh(clone, sys.executable, "-m", "pytest", "--testmon", "-v", *args, ok=False)
     assert done.returncode in (0, 5), done.stdout + done.stderr
     return sorted(re.findall(r"::(test_\w+) PASSED", done.stdout))
 
@@ -180,8 +180,11 @@ def test_a_pull_request_selects_against_its_base_branch_state(remote: Path, pr: 
     assert re.fullmatch(
         r"testharness state: loaded state.tgz, made at [0-9a-f]{12} \(1 commit\(s\) behind HEAD\): .*\n", loaded
     ), loaded
-    assert unit_tests_run(pr) == ["test_first"]
     assert scripts_run(pr) == {"first": "runs", "second": "skipped"}
+    # N runners share the selection: the shards of what testmon selected, not of the suite.
+    shards = [unit_tests_run(pr, "--shard", f"{i}/2") for i in (1, 2)]
+    assert sorted(shards) == [[], ["test_first"]]
+    assert unit_tests_run(pr) == []  # it passed in its shard: testmon recorded that
 
 
 @pytest.mark.parametrize(
