@@ -3,106 +3,23 @@ probe and git; a toy package whose two scripts reach different functions."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-FUNCTIONAL = REPO_ROOT / "tests" / "functional"
+from toy_functional import edit, git, run_all, verdicts, write_toy
 
 pytestmark = pytest.mark.skipif(
     shutil.which("bash") is None or shutil.which("git") is None, reason="needs bash and git"
 )
-
-PYPROJECT = """[project]
-name = "toy"
-version = "0"
-
-[tool.testharness]
-source_packages = ["toypkg"]
-
-[tool.testharness.functional]
-reach_file = ".toy_reach.json"
-environment = ["uv.lock"]
-harness = ["tests/functional/common.sh", "tests/functional/run_all.sh"]
-unrelated = ["docs/*"]
-"""
-
-MODEL = """SCALE = 1.0
-
-
-def first_loss(step):
-    return 10.0 - 0.9 * step * SCALE
-
-
-def second_loss(step):
-    return 10.0 - 0.9 * step * SCALE
-"""
-
-TRAIN = """import sys
-from pathlib import Path
-
-from torch.utils.tensorboard import SummaryWriter
-
-from toypkg import model
-
-args = dict(a.split("=", 1) for a in sys.argv[1:])
-Path(__file__).with_name("settings.txt").read_text()
-loss = getattr(model, args["loss"])
-w = SummaryWriter(args["log_dir"])
-for step in range(1, 11):
-    w.add_scalar("train/loss", loss(step), step)
-w.close()
-"""
-
-SCRIPT = """#!/usr/bin/env bash
-# num-gpus: 0
-source "$(dirname "${{BASH_SOURCE[0]}}")/common.sh"
-run_experiment() {{ functional_python train.py loss={loss} log_dir="$LOG_DIR" "$@"; }}
-check_experiment() {{ functional_check 'data["train/loss"]["10"] < 0.5 * data["train/loss"]["1"]'; }}
-functional_main "$@"
-"""
-
-
-def git(repo: Path, *args: str) -> str:
-    env = {
-        **os.environ,
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@t",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@t",
-    }
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env).stdout
 
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The toy repository, committed, after one recording run_all.sh (both scripts pass)."""
     repo = tmp_path_factory.mktemp("toy")
-    functional = repo / "tests" / "functional"
-    functional.mkdir(parents=True)
-    for name in ("common.sh", "run_all.sh"):
-        shutil.copy(FUNCTIONAL / name, functional / name)
-    for entry in ("check_metrics.py", "json_dump_tb_logs.py"):
-        shutil.copy(REPO_ROOT / "tests" / entry, repo / "tests" / entry)
-    (repo / "pyproject.toml").write_text(PYPROJECT)
-    (repo / "toypkg").mkdir()
-    (repo / "toypkg" / "__init__.py").write_text("")
-    (repo / "toypkg" / "model.py").write_text(MODEL)
-    (repo / "train.py").write_text(TRAIN)
-    (repo / "settings.txt").write_text("a setting\n")
-    (repo / "uv.lock").write_text("lock\n")
-    (repo / "docs").mkdir()
-    (repo / "docs" / "guide.md").write_text("guide\n")
-    (repo / ".gitignore").write_text(
-        "tests/functional/*/\n.toy_reach.json*\n.coverage*\ntests/.coverage*\n__pycache__/\n"
-    )
-    (functional / "first.sh").write_text(SCRIPT.format(loss="first_loss"))
-    (functional / "second.sh").write_text(SCRIPT.format(loss="second_loss"))
+    write_toy(repo)
     git(repo, "init", "-q", "-b", "main")
     git(repo, "add", ".")
     git(repo, "commit", "-q", "-m", "toy")
@@ -112,35 +29,12 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return repo
 
 
-def run_all(repo: Path, *args: str, **extra_env: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHON": sys.executable, "COVERAGE_SOURCE": "toypkg", **extra_env}
-    env.pop("CUDA_VISIBLE_DEVICES", None)
-    return subprocess.run(
-        ["bash", str(repo / "tests" / "functional" / "run_all.sh"), *args],
-        capture_output=True, text=True, env=env, cwd=repo, check=False, timeout=300,
-    )  # fmt: skip
-
-
-def verdicts(repo: Path, *args: str) -> dict[str, str]:
-    done = run_all(repo, "--affected", "--list", *args)
-    assert done.returncode == 0, done.stdout + done.stderr
-    rows = done.stdout.splitlines()[1:]
-    return {row.split()[0]: row.split(None, 2)[2] for row in rows}
-
-
 @pytest.fixture
-def toy(recorded: Path) -> Path:
+def toy(recorded: Path) -> Iterator[Path]:
     """The recorded repository; every edit a test makes is undone after it."""
     yield recorded
     git(recorded, "checkout", "-q", "--", ".")
     git(recorded, "clean", "-q", "-f", "-e", "tests/functional/*/", "-e", ".toy_reach.json")
-
-
-def edit(repo: Path, rel: str, old: str, new: str) -> None:
-    path = repo / rel
-    text = path.read_text()
-    assert old in text
-    path.write_text(text.replace(old, new))
 
 
 SKIPPED = "skipped: nothing it reached changed"

@@ -5,99 +5,17 @@ selects only what its edit reaches, unit tests (real pytest-testmon) and functio
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-FUNCTIONAL = REPO_ROOT / "tests" / "functional"
+from toy_functional import PYPROJECT, edit, git, run_all, sh, verdicts, write_toy
 
 pytestmark = pytest.mark.skipif(
     shutil.which("bash") is None or shutil.which("git") is None, reason="needs bash and git"
 )
-
-PYPROJECT = """[project]
-name = "toy"
-version = "0"
-
-[tool.pytest.ini_options]
-testpaths = ["tests/unit"]
-
-[tool.testharness]
-source_packages = ["toypkg"]
-remote_map_file = ".toy_remote_map.json"
-remote_state_file = ".toy_remote_state.json"
-
-[tool.testharness.hygiene]
-leak_check = false
-
-[tool.testharness.functional]
-reach_file = ".toy_reach.json"
-environment = ["uv.lock"]
-harness = ["tests/functional/common.sh", "tests/functional/run_all.sh"]
-"""
-
-MODEL = """def first_loss(step):
-    return 10.0 - 0.9 * step
-
-
-def second_loss(step):
-    return 10.0 - 0.9 * step
-"""
-
-TRAIN = """import sys
-
-from torch.utils.tensorboard import SummaryWriter
-
-from toypkg import model
-
-args = dict(a.split("=", 1) for a in sys.argv[1:])
-loss = getattr(model, args["loss"])
-w = SummaryWriter(args["log_dir"])
-for step in range(1, 11):
-    w.add_scalar("train/loss", loss(step), step)
-w.close()
-"""
-
-SCRIPT = """#!/usr/bin/env bash
-# num-gpus: 0
-source "$(dirname "${{BASH_SOURCE[0]}}")/common.sh"
-run_experiment() {{ functional_python train.py loss={loss} log_dir="$LOG_DIR" "$@"; }}
-check_experiment() {{ functional_check 'data["train/loss"]["10"] < 0.5 * data["train/loss"]["1"]'; }}
-functional_main "$@"
-"""
-
-GITIGNORE = """tests/functional/*/
-.toy_*
-.testmondata*
-.coverage*
-tests/.coverage*
-__pycache__/
-tests/unit/unit_results*
-state*.tgz
-.pytest_cache/
-"""
-
-ENV = {**os.environ, "PYTHON": sys.executable, "COVERAGE_SOURCE": "toypkg", "GIT_AUTHOR_NAME": "t",
-       "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}  # fmt: skip
-for _name in ("CUDA_VISIBLE_DEVICES", "TESTMON_DATAFILE", "PYTEST_ADDOPTS", "RAY_ADDRESS"):
-    ENV.pop(_name, None)
-
-
-def sh(cwd: Path, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(list(args), cwd=cwd, env=ENV, capture_output=True, text=True, check=False, timeout=300)
-    if ok:
-        assert done.returncode == 0, f"{args}: {done.returncode}\n{done.stdout}\n{done.stderr}"
-    return done
-
-
-def git(cwd: Path, *args: str) -> str:
-    return sh(cwd, "git", *args).stdout
 
 
 def harness(cwd: Path, *args: str) -> str:
@@ -112,8 +30,7 @@ def unit_tests_run(clone: Path, *args: str) -> list[str]:
 
 
 def scripts_run(clone: Path) -> dict[str, str]:
-    done = sh(clone, "bash", "tests/functional/run_all.sh", "--affected", "--list")
-    return {row.split()[0]: row.split(None, 2)[2].split(":")[0] for row in done.stdout.splitlines()[1:]}
+    return {name: verdict.split(":")[0] for name, verdict in verdicts(clone).items()}
 
 
 @pytest.fixture(scope="module")
@@ -125,37 +42,18 @@ def remote(tmp_path_factory: pytest.TempPathFactory) -> Path:
     git(top, "init", "-q", "--bare", "-b", "main", str(bare))
     main = top / "main"
     git(top, "clone", "-q", str(bare), str(main))
-    (main / "tests" / "functional").mkdir(parents=True)
-    (main / "tests" / "unit").mkdir(parents=True)
-    for name in ("common.sh", "run_all.sh"):
-        shutil.copy(FUNCTIONAL / name, main / "tests" / "functional" / name)
-    for entry in ("check_metrics.py", "json_dump_tb_logs.py"):
-        shutil.copy(REPO_ROOT / "tests" / entry, main / "tests" / entry)
-    (main / "pyproject.toml").write_text(PYPROJECT)
-    (main / ".gitignore").write_text(GITIGNORE)
-    (main / "uv.lock").write_text("lock\n")
-    (main / "toypkg").mkdir()
-    (main / "toypkg" / "__init__.py").write_text("")
-    (main / "toypkg" / "model.py").write_text(MODEL)
-    (main / "train.py").write_text(TRAIN)
-    for which in ("first", "second"):
-        (main / "tests" / "unit" / f"test_{which}.py").write_text(
-            f"from toypkg.model import {which}_loss\n\n\ndef test_{which}():\n    assert {which}_loss(1) > 0\n"
-        )
-        (main / "tests" / "functional" / f"{which}.sh").write_text(SCRIPT.format(loss=f"{which}_loss"))
+    write_toy(main)
     git(main, "add", ".")
     git(main, "commit", "-q", "-m", "toy")
     git(main, "push", "-q", "origin", "main")
     # The main branch's CI: everything runs once, then the state is saved as an artifact.
     assert unit_tests_run(main) == ["test_first", "test_second"]
-    sh(main, "bash", "tests/functional/run_all.sh")
+    assert run_all(main).returncode == 0
     saved = harness(main, "state", "save", str(top / "state.tgz"))
     assert "saved" in saved and "testmondata.sqlite" in saved and "functional_reach.json" in saved, saved
     # A pull request: one function changed.
     git(main, "checkout", "-q", "-b", "feature")
-    (main / "toypkg" / "model.py").write_text(
-        MODEL.replace("return 10.0 - 0.9 * step\n\n", "return 10.5 - 0.9 * step\n\n", 1)
-    )
+    edit(main, "toypkg/model.py", "def first_loss(step):\n    return 10.0", "def first_loss(step):\n    return 10.5")
     git(main, "commit", "-q", "-am", "first_loss starts higher")
     git(main, "push", "-q", "origin", "feature")
     # A state made on a commit the pull request does not contain.
