@@ -163,7 +163,10 @@ def main() -> int:
     title = f"planted edits ({len(EDITS)}; {len(scripts)} CPU scripts): {misses} misses, {share:.0%} of scripts selected on average"
     print_table(title, header, rows)
     if not args.judge:
-        body = f"{today()}, {machine()}; `uv run bench/planted_edits.py`. {title}.\n\n" + md_table(header, rows)
+        body = (
+            "## Planted edits (`bench/planted_edits.py`, issue 50)\n\n"
+            f"{today()}, {machine()}; `uv run bench/planted_edits.py`. {title}.\n\n" + md_table(header, rows)
+        )
         update_section("planted_edits", body)
         print(json.dumps(results))
     return 1 if misses else 0

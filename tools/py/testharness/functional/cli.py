@@ -157,9 +157,9 @@ def verdicts(
         else:
             commit = tree.resolve(root, since)
             edit = SinceCommit(tree.changed_since(root, commit), lambda rel: tree.content_at(root, commit, rel), read)
+    except tree.UnknownRevision:
+        raise
     except tree.TreeError as exc:
-        if since is not None and "names no commit" in str(exc):
-            raise
         reason = f"cannot tell what changed ({exc})"
         return {n: Verdict(True, reason) for n in names}, notes
     read_by_any = {p for r in records.values() for p in r.inputs}
@@ -182,7 +182,7 @@ def plan(settings: Settings, args: argparse.Namespace) -> int:
         if args.shard is not None:
             index, count = parse_shard_spec(args.shard)
             found = _sharded(settings, found, index, count)
-    except tree.TreeError as exc:
+    except tree.UnknownRevision as exc:
         print(f"error: --since: {exc}", file=sys.stderr)
         return 2
     except ShardSpecError as exc:

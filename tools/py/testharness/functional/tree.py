@@ -17,6 +17,10 @@ class TreeError(RuntimeError):
     """git cannot answer (not a checkout, an unknown revision): the message is one line."""
 
 
+class UnknownRevision(TreeError):
+    """A revision the user named names no commit: a usage error, not a reason to run everything."""
+
+
 def _git(root: Path, *args: str) -> bytes:
     try:
         done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, check=False, timeout=60)
@@ -62,11 +66,11 @@ def head(root: Path) -> str | None:
 def resolve(root: Path, ref: str) -> str:
     """The commit `ref` names; TreeError when it names none."""
     if ref.startswith("-"):
-        raise TreeError(f"{ref!r} is not a revision")
+        raise UnknownRevision(f"{ref!r} is not a revision")
     try:
         return _git(root, "rev-parse", "--verify", "-q", f"{ref}^{{commit}}").decode().strip()
     except TreeError:
-        raise TreeError(f"{ref!r} names no commit of this repository") from None
+        raise UnknownRevision(f"{ref!r} names no commit of this repository") from None
 
 
 def changed_since(root: Path, commit: str) -> list[str]:
