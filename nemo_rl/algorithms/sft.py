@@ -13,6 +13,7 @@ from nemo_rl.algorithms.utils import (
     due,
     local_path_or_name,
     resume_from_latest,
+    run_start_metrics,
     save_if_due,
     skip,
 )
@@ -84,6 +85,7 @@ def sft_train(cfg: SFTMasterConfig) -> dict[str, float]:
         )
         loss_fn = NLLLoss()
         metrics: dict[str, float] = {}
+        first_step = step + 1
         while step < sft["max_num_steps"]:
             step += 1
             t0 = time.perf_counter()
@@ -97,6 +99,8 @@ def sft_train(cfg: SFTMasterConfig) -> dict[str, float]:
                 "train/tokens_per_sec": float(batch["attention_mask"].sum()) / elapsed,
                 "timing/step_s": elapsed,
             }
+            if step == first_step:
+                metrics.update(run_start_metrics(policy, step))
             if due(step, sft["val_period"], sft["max_num_steps"]):
                 metrics.update(validate(policy, tokenizer, val_data, cfg))
             logger.log(metrics, step)

@@ -52,6 +52,14 @@ def resume_from_latest(
     return step
 
 
+def run_start_metrics(policy: Policy, step: int) -> dict[str, float]:
+    """Scalars logged with a run's first step (`step` is the one it trains first): where this run
+    began and on how many policy workers. A resumed run logs them beside the first run's, so
+    the event files show each resume (`run/first_step` = the checkpoint's step + 1) and the
+    data-parallel size each part ran with."""
+    return {"run/first_step": float(step), "run/num_workers": float(policy.world_size)}
+
+
 def save_if_due(
     policy: Policy,
     ckpt: CheckpointManager,
