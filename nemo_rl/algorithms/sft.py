@@ -12,6 +12,7 @@ from nemo_rl.algorithms.utils import (
     ClusterConfig,
     due,
     local_path_or_name,
+    mean_nll,
     resume_from_latest,
     run_start_metrics,
     save_if_due,
@@ -50,14 +51,10 @@ class SFTMasterConfig(TypedDict):
 
 
 def validate(policy: Policy, tokenizer: Any, val_data: list[list[Message]], cfg: SFTMasterConfig) -> dict[str, float]:
-    loss_fn = NLLLoss()
-    total, tokens = 0.0, 0.0
-    it = batches(val_data, cfg["sft"]["val_global_batch_size"], seed=0, shuffle=False)
-    for _ in range(cfg["sft"]["val_batches"]):
-        out = policy.evaluate(sft_batch(tokenizer, next(it), cfg["policy"]["max_total_sequence_length"]), loss_fn)
-        total += out["loss"] * out["num_tokens"]
-        tokens += out["num_tokens"]
-    return {"val/loss": total / max(tokens, 1.0)}
+    sft, max_length = cfg["sft"], cfg["policy"]["max_total_sequence_length"]
+    return {
+        "val/loss": mean_nll(policy, tokenizer, val_data, sft["val_global_batch_size"], sft["val_batches"], max_length)
+    }
 
 
 def sft_train(cfg: SFTMasterConfig) -> dict[str, float]:
