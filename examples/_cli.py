@@ -306,7 +306,12 @@ def run_example(
         cfg = load_config(args.config, args.overrides)
         paths = [
             cfg.get(section, {}).get(key)
-            for section, key in (("policy", "model_name"), ("data", "train_path"), ("data", "val_path"))
+            for section, key in (
+                ("policy", "model_name"),
+                ("data", "train_path"),
+                ("data", "val_path"),
+                ("data", "math_path"),
+            )
         ]
         ensure_test_assets([p for p in paths if isinstance(p, str)])
         # Upstream NeMo RL's keys first: cluster.gpus_per_node sets the worker count that the rules check.

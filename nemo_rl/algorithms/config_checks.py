@@ -1,10 +1,12 @@
-"""The config rules of SFT and GRPO, checked by the entry points before Ray or torch start.
+"""The config rules of SFT, GRPO and evaluation, checked by the entry points before Ray or
+torch start.
 
 Tables of `Rule`s and `Relation`s (see `nemo_rl.config.validate`) over the plain config
-dictionaries that `sft.SFTMasterConfig` and `grpo.GRPOMasterConfig` describe. Besides the
-values themselves they only read the file system: paths exist, a model folder holds a
-config and a tokenizer, a data file has enough records for a batch. This module imports
-neither torch nor Ray (sft.py and grpo.py do), so a bad value is refused in about a second.
+dictionaries that `sft.SFTMasterConfig`, `grpo.GRPOMasterConfig` and `eval.EvalMasterConfig`
+describe. Besides the values themselves they only read the file system: paths exist, a model
+folder holds a config and a tokenizer, a data file has enough records for a batch. This module
+imports neither torch nor Ray (sft.py, grpo.py and eval.py do), so a bad value is refused in
+about a second.
 """
 
 from __future__ import annotations
@@ -110,6 +112,29 @@ def sft_checkpoint() -> Check:
     return check
 
 
+def run_checkpoints() -> Check:
+    """null, or a training run's checkpoint dir holding at least one complete step."""
+
+    def check(value: Any) -> str | None:
+        if value is None:
+            return None
+        if not text().ok(value):
+            return f"must be null or a checkpoint directory, got {show(value)}"
+        if not Path(value).is_dir():
+            return f"does not exist: {value}"
+        if not CheckpointManager(value).complete_steps():
+            return f"holds no complete checkpoint (step_N/ with training_state.json): {value}"
+        return None
+
+    return check
+
+
+def optional_file() -> Check:
+    """null, or a path to an existing file."""
+    exists = existing_file()
+    return lambda value: None if value is None else exists(value)
+
+
 @lru_cache(maxsize=32)
 def _records(path: str, mtime_ns: int) -> int:
     with open(path, "rb") as f:
@@ -149,15 +174,19 @@ _POLICY: tuple[Rule | Relation, ...] = (
     ),
 )
 
+_LOGGER: tuple[Rule | Relation, ...] = (
+    Rule("logger.log_dir", directory_path()),
+    Rule("logger.tensorboard_enabled", boolean()),
+    Rule("logger.monitor_gpus", boolean()),
+    Rule("logger.gpu_monitor_interval_s", number(gt=0)),
+)
+
 _OUTPUTS: tuple[Rule | Relation, ...] = (
     Rule("checkpointing.enabled", boolean()),
     Rule("checkpointing.checkpoint_dir", directory_path()),
     Rule("checkpointing.save_period", integer(ge=0)),
     Rule("checkpointing.keep_top_k", integer(ge=0)),
-    Rule("logger.log_dir", directory_path()),
-    Rule("logger.tensorboard_enabled", boolean()),
-    Rule("logger.monitor_gpus", boolean()),
-    Rule("logger.gpu_monitor_interval_s", number(gt=0)),
+    *_LOGGER,
 )
 
 SFT_RULES: tuple[Rule | Relation, ...] = (
@@ -240,6 +269,51 @@ GRPO_RULES: tuple[Rule | Relation, ...] = (
 )
 
 
+EVAL_RULES: tuple[Rule | Relation, ...] = (
+    Rule("eval.checkpoint_dir", run_checkpoints()),
+    Rule("eval.base_model", boolean()),
+    Rule("eval.loss_batch_size", integer(ge=1)),
+    Rule("eval.num_prompts", integer(ge=0)),
+    Rule("eval.max_new_tokens", integer(ge=1)),
+    *_POLICY,
+    Rule("data.val_path", optional_file()),
+    Rule("data.math_path", optional_file()),
+    Rule("env.num_workers", integer(ge=1)),
+    *_LOGGER,
+    Relation(
+        ("eval.base_model", "eval.checkpoint_dir"),
+        lambda base, ckpt: base or ckpt is not None,
+        "eval.base_model is {0} and eval.checkpoint_dir is {1}: nothing to evaluate",
+    ),
+    Relation(
+        ("data.val_path", "data.math_path", "eval.num_prompts"),
+        lambda val, math, n: val is not None or (math is not None and n > 0),
+        "data.val_path is {0}, and data.math_path is {1} with eval.num_prompts {2}: nothing to measure",
+    ),
+    Relation(
+        ("eval.loss_batch_size", "cluster.num_workers"),
+        lambda b, n: b % n == 0,
+        "eval.loss_batch_size ({0}) must be a multiple of cluster.num_workers ({1})",
+    ),
+    Relation(
+        ("eval.loss_batch_size", "data.val_path"),
+        lambda b, p: p is None or _fits(b, p),
+        "eval.loss_batch_size ({0}) exceeds the number of records in data.val_path {1}",
+    ),
+    Relation(
+        ("eval.num_prompts", "cluster.num_workers", "data.math_path"),
+        lambda v, n, p: p is None or v == 0 or v >= n,
+        "eval.num_prompts ({0}) must be 0 or >= cluster.num_workers ({1})",
+    ),
+    Relation(
+        ("policy.megatron_cfg.enabled", "eval.num_prompts", "data.math_path"),
+        lambda on, n, p: not on or n == 0 or p is None,
+        "eval.num_prompts ({1}) needs generation, which the Megatron policy worker "
+        "(policy.megatron_cfg.enabled={0}) does not have: set eval.num_prompts=0",
+    ),
+)
+
+
 def validate_sft(cfg: Mapping[str, Any]) -> list[str]:
     """Every problem of an SFT config (see examples/configs/sft.yaml), one line each."""
     return validate(cfg, SFT_RULES)
@@ -248,3 +322,8 @@ def validate_sft(cfg: Mapping[str, Any]) -> list[str]:
 def validate_grpo(cfg: Mapping[str, Any]) -> list[str]:
     """Every problem of a GRPO config (see examples/configs/grpo_math.yaml), one line each."""
     return validate(cfg, GRPO_RULES)
+
+
+def validate_eval(cfg: Mapping[str, Any]) -> list[str]:
+    """Every problem of an evaluation config (see examples/configs/eval.yaml), one line each."""
+    return validate(cfg, EVAL_RULES)

@@ -18,6 +18,7 @@ from nemo_rl.algorithms.utils import (
     due,
     local_path_or_name,
     resume_from_latest,
+    run_start_metrics,
     save_if_due,
     skip,
 )
@@ -147,6 +148,7 @@ def grpo_train(cfg: GRPOMasterConfig) -> dict[str, float]:
             logger.log(validate(policy, tokenizer, env, val_data, pcfg["generation"]), 0)
         it = skip(batches(train_data, g["num_prompts_per_step"], g["seed"], cfg["data"]["shuffle"]), step)
         metrics: dict[str, float] = {}
+        first_step = step + 1
         while step < g["max_num_steps"]:
             step += 1
             t0 = time.perf_counter()
@@ -180,6 +182,8 @@ def grpo_train(cfg: GRPOMasterConfig) -> dict[str, float]:
                 "timing/train_s": time.perf_counter() - t1,
                 "timing/step_s": time.perf_counter() - t0,
             }
+            if step == first_step:
+                metrics.update(run_start_metrics(policy, step))
             if due(step, g["val_period"], g["max_num_steps"]):
                 metrics.update(validate(policy, tokenizer, env, val_data, pcfg["generation"]))
             logger.log(metrics, step)

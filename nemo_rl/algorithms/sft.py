@@ -12,7 +12,9 @@ from nemo_rl.algorithms.utils import (
     ClusterConfig,
     due,
     local_path_or_name,
+    mean_nll,
     resume_from_latest,
+    run_start_metrics,
     save_if_due,
     skip,
 )
@@ -49,14 +51,10 @@ class SFTMasterConfig(TypedDict):
 
 
 def validate(policy: Policy, tokenizer: Any, val_data: list[list[Message]], cfg: SFTMasterConfig) -> dict[str, float]:
-    loss_fn = NLLLoss()
-    total, tokens = 0.0, 0.0
-    it = batches(val_data, cfg["sft"]["val_global_batch_size"], seed=0, shuffle=False)
-    for _ in range(cfg["sft"]["val_batches"]):
-        out = policy.evaluate(sft_batch(tokenizer, next(it), cfg["policy"]["max_total_sequence_length"]), loss_fn)
-        total += out["loss"] * out["num_tokens"]
-        tokens += out["num_tokens"]
-    return {"val/loss": total / max(tokens, 1.0)}
+    sft, max_length = cfg["sft"], cfg["policy"]["max_total_sequence_length"]
+    return {
+        "val/loss": mean_nll(policy, tokenizer, val_data, sft["val_global_batch_size"], sft["val_batches"], max_length)
+    }
 
 
 def sft_train(cfg: SFTMasterConfig) -> dict[str, float]:
@@ -84,6 +82,7 @@ def sft_train(cfg: SFTMasterConfig) -> dict[str, float]:
         )
         loss_fn = NLLLoss()
         metrics: dict[str, float] = {}
+        first_step = step + 1
         while step < sft["max_num_steps"]:
             step += 1
             t0 = time.perf_counter()
@@ -97,6 +96,8 @@ def sft_train(cfg: SFTMasterConfig) -> dict[str, float]:
                 "train/tokens_per_sec": float(batch["attention_mask"].sum()) / elapsed,
                 "timing/step_s": elapsed,
             }
+            if step == first_step:
+                metrics.update(run_start_metrics(policy, step))
             if due(step, sft["val_period"], sft["max_num_steps"]):
                 metrics.update(validate(policy, tokenizer, val_data, cfg))
             logger.log(metrics, step)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypedDict
 
+from nemo_rl.algorithms.loss_functions import NLLLoss
+from nemo_rl.data.datasets import Message, batches
+from nemo_rl.data.tokenize import sft_batch
 from nemo_rl.models.policy.policy import Policy
 from nemo_rl.utils.checkpoint import CheckpointManager
 from nemo_rl.utils.logger import Logger
@@ -40,6 +43,26 @@ def due(step: int, period: int, last_step: int) -> bool:
     return period > 0 and (step % period == 0 or step == last_step)
 
 
+def mean_nll(
+    policy: Policy,
+    tokenizer: Any,
+    conversations: Sequence[Sequence[Message]],
+    batch_size: int,
+    num_batches: int,
+    max_length: int,
+) -> float:
+    """Mean negative log-likelihood per assistant token over the first `num_batches` full batches
+    of `conversations` (in order): SFT's val/loss and evaluation's eval/loss."""
+    loss_fn = NLLLoss()
+    total, tokens = 0.0, 0.0
+    it = batches(conversations, batch_size, seed=0, shuffle=False)
+    for _ in range(num_batches):
+        out = policy.evaluate(sft_batch(tokenizer, next(it), max_length), loss_fn)
+        total += out["loss"] * out["num_tokens"]
+        tokens += out["num_tokens"]
+    return total / max(tokens, 1.0)
+
+
 def resume_from_latest(
     policy: Policy, ckpt: CheckpointManager, cfg: CheckpointingConfig, logger: Logger, name: str
 ) -> int:
@@ -50,6 +73,14 @@ def resume_from_latest(
     step = policy.load_checkpoint(str(latest / "policy"))
     logger.console.print(f"[{name}] resumed from {latest} at step {step}")
     return step
+
+
+def run_start_metrics(policy: Policy, step: int) -> dict[str, float]:
+    """Scalars logged with a run's first step (`step` is the one it trains first): where this run
+    began and on how many policy workers. A resumed run logs them beside the first run's, so
+    the event files show each resume (`run/first_step` = the checkpoint's step + 1) and the
+    data-parallel size each part ran with."""
+    return {"run/first_step": float(step), "run/num_workers": float(policy.world_size)}
 
 
 def save_if_due(

@@ -13,7 +13,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 # Enough steps for the tiny model to learn on CPU in well under a minute of training.
 NUM_STEPS=40
 VAL_PERIOD=10
-SFT_OVERRIDES=()   # variants that reuse this script (sft_megatron.sh) put their switches here
+SFT_OVERRIDES=()   # variants that reuse this script (sft_megatron.sh, ...) put their switches here
 
 # The run's arguments in SFT_ARGS: the script's settings, then the user's overrides ("$@").
 sft_args() {
@@ -42,18 +42,24 @@ run_experiment() {
     functional_python examples/run_sft.py "${SFT_ARGS[@]}"
 }
 
-check_experiment() {
+# The checks (SFT_CHECKS): check_experiment's, and the base of a variant's that adds its own.
+sft_checks() {
     # Thresholds have a wide margin on a healthy run (late loss ~0.2x the first, val
     # loss ~0.2x the untrained loss) and are missed by a run that does not learn.
-    functional_check \
-        "len(data[\"train/loss\"]) == $STEPS" \
-        'max(data["train/loss"]) < 100' \
-        'mean(data["train/loss"], -5) < 0.5 * mean(data["train/loss"], 1, 4)' \
-        'len(data["val/loss"]) >= 2' \
-        'max(data["val/loss"]) < 100' \
-        'min(data["val/loss"]) < 0.6 * data["train/loss"]["1"]' \
-        'max(data["train/grad_norm"]) < 1000' \
-        'min(data["train/grad_norm"]) > 0'
+    SFT_CHECKS=(
+        "len(data[\"train/loss\"]) == $STEPS"
+        'max(data["train/loss"]) < 100'
+        'mean(data["train/loss"], -5) < 0.5 * mean(data["train/loss"], 1, 4)'
+        'len(data["val/loss"]) >= 2'
+        'max(data["val/loss"]) < 100'
+        'min(data["val/loss"]) < 0.6 * data["train/loss"]["1"]'
+        'max(data["train/grad_norm"]) < 1000'
+        'min(data["train/grad_norm"]) > 0')
+}
+
+check_experiment() {
+    sft_checks
+    functional_check "${SFT_CHECKS[@]}"
 }
 
 # The step count the checks expect follows a sft.max_num_steps=N override.

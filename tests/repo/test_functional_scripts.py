@@ -305,7 +305,7 @@ def test_common_help_prints_the_header(fake_repo: Path, flag: str) -> None:
 
 # ------------------------------------------------ the real scripts: usage and refusals, no training
 
-REAL_SCRIPTS = ["sft.sh", "grpo.sh", "sft_megatron.sh"]
+REAL_SCRIPTS = ["sft.sh", "grpo.sh", "sft_megatron.sh", "sft_resume.sh", "sft_two_workers.sh", "eval.sh"]
 
 
 @pytest.fixture
@@ -390,10 +390,15 @@ def test_real_scripts_refuse_unknown_flags_at_once(real: Path, script: str, args
         ("sft.sh", "sft.max_num_stepz=3", "error: unknown config key 'sft.max_num_stepz'"),
         ("grpo.sh", "policy.optimizer.lr=-1", "error: policy.optimizer.lr must be a finite number >= 0, got -1"),
         ("grpo.sh", "grpo.num_prompts_per_step=0", "error: grpo.num_prompts_per_step must be an integer >= 1"),
+        ("sft_resume.sh", "sft.max_num_steps=8", "error: sft.max_num_steps must be an integer >= 10 here"),
+        ("sft_resume.sh", "sft.val_batches=0", "error: sft.val_batches must be an integer >= 1, got 0"),
+        ("sft_two_workers.sh", "sft.max_num_stepz=3", "error: unknown config key 'sft.max_num_stepz'"),
+        ("eval.sh", "eval.num_prompts=-1", "error: eval.num_prompts must be an integer >= 0, got -1"),
     ],
 )
 def test_real_scripts_check_overrides_before_training(real: Path, script: str, override: str, message: str) -> None:
-    """grpo.sh checks GRPO's overrides before its SFT warm-up: seconds, not minutes."""
+    """grpo.sh checks GRPO's overrides before its SFT warm-up, eval.sh the evaluation's before its SFT:
+    seconds, not minutes."""
     before = _dir_state(real, script)
     proc = run_real(real, script, override)
     assert proc.returncode == 2, proc.stdout + proc.stderr

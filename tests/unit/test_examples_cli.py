@@ -1,4 +1,4 @@
-"""The example entry points (examples/run_sft.py, run_grpo_math.py) and their config checks.
+"""The example entry points (examples/run_sft.py, run_grpo_math.py, run_eval.py) and their config checks.
 
 The tests are pure (the rule tables, the one-line description of a failure) or run the real
 scripts on configs that are refused before anything starts (a second or two each). The runs
@@ -22,7 +22,9 @@ from nemo_rl.algorithms.config_checks import (
     find_sft_export,
     looks_like_hub_id,
     model_source,
+    run_checkpoints,
     sft_checkpoint,
+    validate_eval,
     validate_grpo,
     validate_sft,
 )
@@ -31,6 +33,7 @@ from tests.unit.example_runs import EXAMPLES, run_example
 
 SFT_YAML = EXAMPLES / "configs" / "sft.yaml"
 GRPO_YAML = EXAMPLES / "configs" / "grpo_math.yaml"
+EVAL_YAML = EXAMPLES / "configs" / "eval.yaml"
 
 if str(EXAMPLES) not in sys.path:  # as when run as a script: the helper sits beside it
     sys.path.insert(0, str(EXAMPLES))
@@ -42,6 +45,7 @@ import _cli  # noqa: E402
 def test_the_shipped_configs_pass(in_repo: Path) -> None:
     assert validate_sft(load_config(SFT_YAML)) == []
     assert validate_grpo(load_config(GRPO_YAML)) == []
+    assert validate_eval(load_config(EVAL_YAML)) == []
     # The functional tests' negative control (README: "... lr=0  # must end in FAIL") still runs.
     assert validate_sft(load_config(SFT_YAML, ["policy.optimizer.lr=0"])) == []
 
@@ -85,6 +89,42 @@ def test_sft_rules_name_the_key(in_repo: Path, override: str, problem: str) -> N
 def test_grpo_rules_name_the_key(in_repo: Path, override: str, problem: str) -> None:
     problems = validate_grpo(load_config(GRPO_YAML, [override]))
     assert problems and problems[0].startswith(problem), problems
+
+
+@pytest.mark.parametrize(
+    "overrides, problem",
+    [
+        (["eval.checkpoint_dir=/nonexistent/ckpt"], "eval.checkpoint_dir does not exist: /nonexistent/ckpt"),
+        (["eval.base_model=false"], "eval.base_model is false and eval.checkpoint_dir is null: nothing to evaluate"),
+        (["data.val_path=null", "eval.num_prompts=0"], "data.val_path is null, and data.math_path is"),
+        (["data.math_path=/nonexistent/math.jsonl"], "data.math_path does not exist: /nonexistent/math.jsonl"),
+        (["eval.loss_batch_size=0"], "eval.loss_batch_size must be an integer >= 1, got 0"),
+        (["cluster.num_workers=3"], "eval.loss_batch_size (32) must be a multiple of cluster.num_workers (3)"),
+        (["eval.loss_batch_size=100000"], "eval.loss_batch_size (100000) exceeds the number of records"),
+        (["eval.num_prompts=1", "cluster.num_workers=2"], "eval.num_prompts (1) must be 0 or >= cluster.num_workers"),
+        (["policy.megatron_cfg.enabled=true"], "eval.num_prompts (64) needs generation, which the Megatron"),
+    ],
+)
+def test_eval_rules_name_the_key(in_repo: Path, overrides: list[str], problem: str) -> None:
+    problems = validate_eval(load_config(EVAL_YAML, overrides))
+    assert problems and problems[0].startswith(problem), problems
+
+
+def test_eval_needs_only_one_metric(in_repo: Path) -> None:
+    assert validate_eval(load_config(EVAL_YAML, ["data.val_path=null"])) == []  # accuracy alone
+    assert validate_eval(load_config(EVAL_YAML, ["data.math_path=null"])) == []  # loss alone
+    megatron_loss_only = ["policy.megatron_cfg.enabled=true", "eval.num_prompts=0"]
+    assert validate_eval(load_config(EVAL_YAML, megatron_loss_only)) == []
+
+
+def test_run_checkpoints(tmp_path: Path) -> None:
+    check = run_checkpoints()
+    assert check(None) is None
+    assert check(str(tmp_path / "nope")) == f"does not exist: {tmp_path / 'nope'}"
+    (tmp_path / "step_5" / "policy").mkdir(parents=True)  # a step that never finished
+    assert check(str(tmp_path)) == f"holds no complete checkpoint (step_N/ with training_state.json): {tmp_path}"
+    (tmp_path / "step_5" / "training_state.json").write_text("{}")
+    assert check(str(tmp_path)) is None
 
 
 def test_model_source(tmp_path: Path, tiny_llama: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -384,6 +424,7 @@ def test_traceback_goes_to_the_log_dir_or_a_temp_file(tmp_path: Path) -> None:
         ("run_sft.py", "sft.max_num_steps=0", "sft.max_num_steps must be an integer >= 1, got 0"),
         ("run_sft.py", "--bogus", "unrecognized arguments: --bogus"),
         ("run_grpo_math.py", "policy.init_from_sft=/nonexistent/ckpt", "policy.init_from_sft does not exist"),
+        ("run_eval.py", "eval.checkpoint_dir=/nonexistent/ckpt", "eval.checkpoint_dir does not exist"),
     ],
 )
 def test_bad_config_is_refused_before_anything_starts(

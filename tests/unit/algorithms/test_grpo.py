@@ -74,3 +74,4 @@ def test_one_grpo_step_through_ray(ray_cluster, tiny_llama: str, tmp_path, track
     acc = EventAccumulator(str(tmp_path / "logs2"), size_guidance={"scalars": 0})
     acc.Reload()
     assert [e.step for e in acc.Scalars("train/loss")] == [3]
+    assert [(e.step, e.value) for e in acc.Scalars("run/first_step")] == [(3, 3.0)]

@@ -69,6 +69,10 @@ def test_sft_example_loss_falls_and_resumes(
         assert run_sft.main([*resumed, "sft.max_num_steps=8", f"logger.log_dir={tmp_path / 'logs2'}"]) == 0
     replayed = _by_step(tmp_path / "logs2", "train/loss")
     assert sorted(replayed) == [7, 8]
+    # Each run marks its first step: the resumed one began after its checkpoint.
+    assert _by_step(tmp_path / "logs", "run/first_step") == {1: 1.0}
+    assert _by_step(tmp_path / "logs2", "run/first_step") == {7: 7.0}
+    assert _by_step(tmp_path / "logs2", "run/num_workers") == {7: 1.0}
     assert [replayed[7], replayed[8]] == pytest.approx(losses[6:8], rel=5e-3)
     assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["step_6", "step_8"]
 
