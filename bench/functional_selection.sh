@@ -4,6 +4,7 @@
 #
 #   uv run bash bench/functional_selection.sh                 # here
 #   bash bench/functional_selection.sh WHEEL_DIR              # a GPU machine without uv (python3)
+#   SCRIPTS="sft grpo" bash bench/functional_selection.sh ...  # only these scripts (default: all)
 #
 # Steps, each timed, logs in $OUT (default /tmp/functional_selection): the full run_all.sh
 # (records every script's reach), --affected with no edit (runs nothing), the GRPO-only edit
@@ -33,12 +34,13 @@ EDIT_FILE=nemo_rl/algorithms/grpo.py
 OLD='    adv = grouped - grouped.mean(dim=1, keepdim=True)'
 grep -qxF "$OLD" "$EDIT_FILE" || { echo "the GRPO-only line is not in $EDIT_FILE" >&2; exit 2; }
 : >"$OUT/summary.txt"
-timed full bash tests/functional/run_all.sh
-timed no_edit_affected bash tests/functional/run_all.sh --affected
+read -r -a NAMES <<<"${SCRIPTS:-}"
+timed full bash tests/functional/run_all.sh "${NAMES[@]}"
+timed no_edit_affected bash tests/functional/run_all.sh --affected "${NAMES[@]}"
 cp "$EDIT_FILE" "$OUT/grpo.py.orig"
 sed -i "s/^$OLD\$/$OLD + 0.0/" "$EDIT_FILE"
-timed grpo_edit_list bash tests/functional/run_all.sh --affected --list
-timed grpo_edit_affected bash tests/functional/run_all.sh --affected
+timed grpo_edit_list bash tests/functional/run_all.sh --affected --list "${NAMES[@]}"
+timed grpo_edit_affected bash tests/functional/run_all.sh --affected "${NAMES[@]}"
 cp "$OUT/grpo.py.orig" "$EDIT_FILE"
 cat "$OUT/grpo_edit_list.log"
-tail -12 "$OUT/full.log" "$OUT/grpo_edit_affected.log"
+tail -n 12 "$OUT/full.log" "$OUT/grpo_edit_affected.log"
