@@ -3,12 +3,16 @@ probe and git; a toy package whose two scripts reach different functions."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from toy_functional import edit, git, run_all, verdicts, write_toy
+from toy_functional import ENV, edit, git, run_all, verdicts, write_toy
 
 pytestmark = pytest.mark.skipif(
     shutil.which("bash") is None or shutil.which("git") is None, reason="needs bash and git"
@@ -138,3 +142,28 @@ def test_shards_split_the_selected_scripts_by_their_recorded_durations(toy: Path
     assert plain.returncode == 0 and plain.stdout.count("runs: selected; shard 2/2") == 1, plain.stdout
     bad = run_all(toy, "--shard", "3/2")
     assert bad.returncode == 2 and "--shard" in bad.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupted_run_records_nothing(toy: Path, sig: signal.Signals) -> None:
+    reach = toy / ".toy_reach.json"
+    before = reach.read_bytes()
+    edit(toy, "toypkg/model.py", "def first_loss(step):\n    return 10.0", "def first_loss(step):\n    return 10.5")
+    env = {**ENV, "TOY_SLEEP": "60"}
+    proc = subprocess.Popen(
+        ["bash", "tests/functional/first.sh"], cwd=toy, env=env, start_new_session=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    for line in proc.stdout:  # interrupt once the run has trained (its TensorBoard logs exist)
+        if "[functional] overrides:" in line:
+            break
+    deadline = time.monotonic() + 60
+    while not list((toy / "tests" / "functional" / "first" / "logs").glob("events.*")):
+        assert time.monotonic() < deadline, "the toy run did not start"
+        time.sleep(0.2)
+    os.killpg(proc.pid, sig)  # as Ctrl-C (the terminal's process group) or a job scheduler does
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode != 0, out
+    assert reach.read_bytes() == before, out  # neither a record nor a "failed" mark
+    assert "reach recorded" not in out and "failed: it runs" not in out

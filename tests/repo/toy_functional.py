@@ -45,7 +45,9 @@ def second_loss(step):
     return 10.0 - 0.9 * step * SCALE
 """
 
-TRAIN = """import sys
+TRAIN = """import os
+import sys
+import time
 from pathlib import Path
 
 from torch.utils.tensorboard import SummaryWriter
@@ -59,6 +61,7 @@ w = SummaryWriter(args["log_dir"])
 for step in range(1, 11):
     w.add_scalar("train/loss", loss(step), step)
 w.close()
+time.sleep(float(os.environ.get("TOY_SLEEP", "0")))  # a run long enough to interrupt
 """
 
 SCRIPT = """#!/usr/bin/env bash
