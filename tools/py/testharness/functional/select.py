@@ -18,7 +18,7 @@ from fnmatch import fnmatchcase
 from typing import NamedTuple
 
 from .store import PASSED, ScriptRecord
-from .units import SKELETON, FileUnits, changed_recorded, changed_units, file_units
+from .units import SKELETON, FileUnits, changed_units, file_units
 
 Reader = Callable[[str], bytes | None]  # a file's content (None: it does not exist)
 
@@ -81,8 +81,8 @@ class SinceRun(Edit):
         content = self.read(rel)
         if content is None:
             return None
-        reach = record.reach[rel]
-        return changed_recorded(reach.units, reach.skeleton, file_units(content))
+        reach = record.reach[rel]  # the digests at the run: what the file's units were then
+        return changed_units(FileUnits(reach.skeleton, reach.units), file_units(content), reach.units)
 
 
 class SinceCommit(Edit):

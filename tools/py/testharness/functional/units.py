@@ -11,7 +11,7 @@ of its body execute.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from testharness.remote_select.parsing import parse_file
@@ -64,12 +64,4 @@ def changed_units(old: FileUnits, new: FileUnits, reached: Iterable[str]) -> lis
     changed, then every reached function whose body changed or is gone."""
     out = [SKELETON] if old.skeleton != new.skeleton else []
     out += sorted(q for q in reached if old.units.get(q) is None or old.units.get(q) != new.units.get(q))
-    return out
-
-
-def changed_recorded(recorded: Mapping[str, str], skeleton: str, new: FileUnits) -> list[str]:
-    """changed_units against a recorded reach: `recorded` holds the digests of the reached
-    functions at the run, `skeleton` the file's skeleton digest then."""
-    out = [SKELETON] if skeleton != new.skeleton else []
-    out += sorted(q for q, digest in recorded.items() if new.units.get(q) != digest)
     return out
