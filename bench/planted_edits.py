@@ -164,8 +164,9 @@ def main() -> int:
     print_table(title, header, rows)
     if not args.judge:
         body = (
-            "## Planted edits (`bench/planted_edits.py`, issue 50)\n\n"
-            f"{today()}, {machine()}; `uv run bench/planted_edits.py`. {title}.\n\n" + md_table(header, rows)
+            "## Planted edits\n\n"
+            f"Is `run_all.sh --affected` safe (issue 50)? {today()}, {machine()}; `uv run bench/planted_edits.py`: "
+            f"{title}.\n\n" + md_table(header, rows)
         )
         update_section("planted_edits", body)
         print(json.dumps(results))
