@@ -27,7 +27,8 @@ trap 'rm -rf "$WORK" "$RAYDIRS"' EXIT
 # The function edited, and the tests that run it inside a policy worker on a CPU machine.
 TARGET=nemo_rl/models/policy/workers/dtensor_policy_worker.py
 FUNCTION="    def generate("
-EXPECTED="tests/unit/algorithms/test_grpo.py::test_one_grpo_step_through_ray
+EXPECTED="tests/unit/algorithms/test_eval.py::test_eval_scores_the_base_model_and_each_checkpoint
+tests/unit/algorithms/test_grpo.py::test_one_grpo_step_through_ray
 tests/unit/models/policy/test_dtensor_worker.py::test_generation_is_seeded"
 
 # Tracked and untracked (not ignored) files; the test assets are git-ignored: linked.
