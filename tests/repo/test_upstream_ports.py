@@ -166,6 +166,17 @@ def test_no_ray_here():
     assert callable(load_config)
 """
 
+# Ours: under --cov, importing nemo_rl hands coverage to the processes it starts (Ray workers).
+COV_CHILDREN = """\
+import os
+
+import nemo_rl
+
+
+def test_child_processes_are_measured():
+    assert nemo_rl and os.environ.get("COVERAGE_PROCESS_CONFIG")
+"""
+
 PORTS = {
     "distributed/test_ray_without_a_fixture.py": RAY_WITHOUT_A_FIXTURE,
     "distributed/test_cluster_api_without_a_fixture.py": CLUSTER_API_WITHOUT_A_FIXTURE,
@@ -295,10 +306,12 @@ def test_under_xdist_the_ray_files_join_the_cluster_of_the_run(project: Path, ra
 def test_cov_data_lands_in_tests_dot_coverage(project: Path, ray_tmp: Path, where: str, command: list[str]) -> None:
     from coverage import CoverageData
 
-    (project / "tests" / "unit" / "test_no_ray.py").write_text(NO_RAY)
+    unit = project / "tests" / "unit"
+    (unit / "test_no_ray.py").write_text(NO_RAY)
+    (unit / "test_cov_children.py").write_text(COV_CHILDREN)
     cwd = project / where
-    path = os.path.relpath(project / "tests" / "unit" / "test_no_ray.py", cwd)
-    proc = _run(cwd, ray_tmp, *command, path, "--cov=nemo_rl")
+    paths = [os.path.relpath(unit / name, cwd) for name in ("test_no_ray.py", "test_cov_children.py")]
+    proc = _run(cwd, ray_tmp, *command, *paths, "--cov=nemo_rl")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert not (cwd / ".coverage").exists() or where == "tests"
     data = CoverageData(str(project / "tests" / ".coverage"))
