@@ -8,8 +8,8 @@ and tests/unit/conftest.py):
 - `@pytest.mark.asyncio` tests (pytest-asyncio, strict mode), an async fixture, an awaited Ray
   object reference;
 - `from tests.unit.conftest import TEST_ASSETS_DIR`;
-- a file that replaces upstream's autouse fixtures with no-ops and `session_data` by
-  `_unit_test_data`;
+- a file that imports Ray (through nemo_rl) but replaces upstream's autouse fixtures with
+  no-ops, and `session_data` by `_unit_test_data`: no Ray starts for it;
 - a run of files that do not import Ray starts no Ray cluster, nor does a `--testmon` run
   with no change;
 - `--cov` data lands in tests/.coverage, where upstream's run_unit.sh leaves it and its CI
@@ -126,6 +126,8 @@ def test_a_temporary_directory_in_the_test_assets():
 UNIT_TEST_DATA = """\
 import pytest
 
+from nemo_rl.distributed.ray_cluster import visible_gpu_count
+
 
 @pytest.fixture(scope="session", autouse=True)
 def init_ray_cluster():
@@ -150,6 +152,10 @@ def test_the_record_has_upstreams_keys(session_data):
 
 def test_a_metric(tracker):
     tracker.track("loss", 0.25)
+
+
+def test_cuda_visible_devices_limits_the_count():
+    assert visible_gpu_count(8, "0,1") == 2
 """
 
 # Ours, not upstream's: run alone, it must find no Ray cluster started (a file of its own, written
@@ -247,6 +253,7 @@ EVERY_TEST = {
     "test_assets_dir.py::test_a_temporary_directory_in_the_test_assets",
     "test_unit_test_data.py::test_the_record_has_upstreams_keys",
     "test_unit_test_data.py::test_a_metric",
+    "test_unit_test_data.py::test_cuda_visible_devices_limits_the_count",
 }
 
 
@@ -274,7 +281,8 @@ def test_files_that_do_not_import_ray_start_no_cluster(project: Path, ray_tmp: P
     (project / "tests" / "unit" / "test_no_ray.py").write_text(NO_RAY)
     proc = _run(project / "tests", ray_tmp, "bash", "run_unit.sh", *NOT_RAY)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert set(_outcomes(project).values()) == {"passed"} and len(_outcomes(project)) == 7
+    assert set(_outcomes(project).values()) == {"passed"} and len(_outcomes(project)) == 8
+    # test_unit_test_data.py imports Ray (through nemo_rl), but replaces init_ray_cluster
     assert _clusters_started(ray_tmp) == 0
 
 
