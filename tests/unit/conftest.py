@@ -3,8 +3,8 @@
 The second half gives upstream NeMo RL's fixture names (its tests/unit/conftest.py) their
 meaning here, so a test written upstream reads the same: `tiny_*_model_path`,
 `init_ray_cluster`, `ray_gpu_monitor`, `session_data`, `_unit_test_data`,
-`distributed_test_runner`, `TEST_ASSETS_DIR` (docs/from-upstream.md lists the differences). Nothing here imports the library at module
-level: every test's import closure holds this file.
+`distributed_test_runner`, `TEST_ASSETS_DIR` (docs/from-upstream.md lists the differences).
+Nothing here imports the library at module level: every test's import closure holds this file.
 """
 
 from __future__ import annotations
@@ -249,9 +249,9 @@ LIBRARY = "nemo_rl"  # followed wherever it is installed; other installed packag
 
 
 def module_imports_ray(module: ModuleType) -> bool:
-    """Whether importing `module` (a test file, already imported) imported Ray: `ray` among
-    the modules it imports at module level, or among those of a module it imports so that is
-    nemo_rl's or a file of this checkout (a test helper), and so on."""
+    """Whether importing `module` (a test file, already imported) imported Ray: a module-level
+    import of `ray`, in the file or in a module it imports so that is nemo_rl's or a file of
+    this checkout (a test helper), and so on."""
     return imports_ray(module.__name__, _source_of(module.__name__, module))
 
 
