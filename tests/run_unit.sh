@@ -36,6 +36,8 @@ export TESTHARNESS_ROOT="${TESTHARNESS_ROOT:-$REPO_ROOT}"
 # the project's coverage settings apply from any directory (coverage looks only in the current
 # one), so Ray workers are measured too (nemo_rl/__init__.py).
 export COVERAGE_FILE="${COVERAGE_FILE:-$REPO_ROOT/tests/.coverage}"
-export COVERAGE_RCFILE="${COVERAGE_RCFILE:-$REPO_ROOT/pyproject.toml}"
+if [[ -f "$REPO_ROOT/pyproject.toml" ]]; then
+    export COVERAGE_RCFILE="${COVERAGE_RCFILE:-$REPO_ROOT/pyproject.toml}"
+fi
 export TESTHARNESS_PROG="bash tests/run_unit.sh"   # how --help names this script
 exec "$PYTHON" -m testharness.unit_runner "$@"
