@@ -7,7 +7,7 @@
 The same command as `testharness tb-dump` (`--help` describes it). Writes
 {"metric/name": {"<step>": value, ...}, ...} from every event file under LOG_DIR to
 OUT.json, or to stdout without --output_path.
-Exit 0 written; 1 no event files, a --require-tag-prefix no metric matches, or a refused
+Exit 0 written; 1 no event files, a --require-tag-prefix no tag matches, or a refused
 conflict; 2 a damaged event file (empty, not an event file, truncated, bad CRC), unless
 --allow-truncated reads it up to the damage.
 """

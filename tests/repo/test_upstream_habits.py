@@ -16,6 +16,8 @@
   upstream would, and its metric lands under `<file stem>::<test>` in unit_results.json;
 - upstream's tests/unit/test_check_metrics.py, given by path (NRL_UPSTREAM_CHECK_METRICS_TEST:
   its code is not ours to commit), passes against tests/check_metrics.py;
+- upstream's tests of json_dump_tb_logs.py's --require-tag-prefix, given by path
+  (NRL_UPSTREAM_JSON_DUMP_TB_LOGS_TEST), pass against tests/json_dump_tb_logs.py;
 - `./tests/check_metrics.py` and `./tests/json_dump_tb_logs.py` are executable (uv shebang),
   from the root and from another directory, and `uv run tests/check_metrics.py` still works.
 """
@@ -382,6 +384,35 @@ def test_upstreams_check_metrics_tests_pass_unchanged(tmp_path: Path) -> None:
     assert outcomes and set(outcomes.values()) <= {"passed", "needs upstream's files"}, {
         k: v for k, v in outcomes.items() if v != "passed"
     }
+
+
+# upstream's own tests of json_dump_tb_logs.py's --require-tag-prefix (a test file of its
+# tests/unit/ that runs or imports ../json_dump_tb_logs.py), given by path
+UPSTREAM_TB_DUMP_TEST = os.environ.get("NRL_UPSTREAM_JSON_DUMP_TB_LOGS_TEST")
+
+
+@pytest.mark.skipif(
+    not UPSTREAM_TB_DUMP_TEST,
+    reason="set NRL_UPSTREAM_JSON_DUMP_TB_LOGS_TEST to a copy of upstream's test file of tests/json_dump_tb_logs.py",
+)
+def test_upstreams_json_dump_tag_prefix_tests_pass_unchanged(tmp_path: Path) -> None:
+    """Its tests of --require-tag-prefix (those with `prefix` or `tag` in their name) pass,
+    run from a root that holds tests/json_dump_tb_logs.py and tests/unit/<the file>, as
+    upstream's checkout does."""
+    assert UPSTREAM_TB_DUMP_TEST
+    source = Path(UPSTREAM_TB_DUMP_TEST)
+    (tmp_path / "tests" / "unit").mkdir(parents=True)
+    shutil.copy(source, tmp_path / "tests" / "unit" / source.name)
+    (tmp_path / "tests" / "json_dump_tb_logs.py").symlink_to(REPO / "tests" / "json_dump_tb_logs.py")
+    proc = _run(
+        tmp_path,
+        sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", "-k", "prefix or tag",
+        f"tests/unit/{source.name}",
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != pytest.ExitCode.NO_TESTS_COLLECTED, f"no test of --require-tag-prefix in {source}"
+    assert proc.returncode == 0, out
+    assert " passed" in proc.stdout and " failed" not in proc.stdout, out
 
 
 def test_a_collection_error_is_named_so(project: Path) -> None:
