@@ -291,7 +291,10 @@ def test_upstream_l0_shard_scripts_cover_the_suite_exactly_once(l0_project: Path
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--shard-id=3", "--num-shards=3"], "ERROR: --shard-id 3 --num-shards 3: the shard id must be between 0 and 2"),
+        (
+            ["--shard-id=3", "--num-shards=3"],
+            "ERROR: --shard-id 3 --num-shards 3: the shard id must be between 0 and 2",
+        ),
         (["--shard", "1/3", "--num-shards=3"], "ERROR: --shard and --shard-id/--num-shards both choose a shard"),
     ],
 )

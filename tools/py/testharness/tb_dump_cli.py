@@ -53,7 +53,9 @@ def missing_prefix_text(missing: list[str], tags: Iterable[str], log_dir: str, l
     names = sorted(tags)
     found = ", ".join(names[:limit]) + (f", ... ({len(names)} in all)" if len(names) > limit else "")
     wanted = " or ".join(repr(p) for p in missing)
-    return f"No TensorBoard tag starts with {wanted} under {log_dir} (--require-tag-prefix); tags found: {found or 'none'}"
+    return (
+        f"No TensorBoard tag starts with {wanted} under {log_dir} (--require-tag-prefix); tags found: {found or 'none'}"
+    )
 
 
 DESCRIPTION = "Dump every TensorBoard scalar under LOG_DIR to {metric: {step: value}} JSON."

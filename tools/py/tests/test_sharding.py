@@ -215,7 +215,9 @@ def test_without_shard_options_nothing_changes(suite: pytest.Pytester) -> None:
 def test_pytest_shard_flags_choose_the_same_shards_counted_from_0(suite: pytest.Pytester, form: str) -> None:
     by_id = []
     for i in (0, 1, 2):
-        flags = [f"--shard-id={i}", "--num-shards=3"] if form == "equals" else ["--shard-id", str(i), "--num-shards", "3"]
+        flags = (
+            [f"--shard-id={i}", "--num-shards=3"] if form == "equals" else ["--shard-id", str(i), "--num-shards", "3"]
+        )
         by_id.append(collected(suite.runpytest(*PLUGIN, "--collect-only", "-q", *flags)))
     by_spec = [collected(suite.runpytest(*PLUGIN, "--collect-only", "-q", "--shard", f"{i}/3")) for i in (1, 2, 3)]
     assert by_id == by_spec  # shard-id I is --shard I+1/N: the same duration-balanced plan
@@ -244,7 +246,10 @@ def test_shard_plan_works_with_shard_id(suite: pytest.Pytester) -> None:
 @pytest.mark.parametrize(
     "args,message",
     [
-        (["--shard-id=3", "--num-shards=3"], "ERROR: --shard-id 3 --num-shards 3: the shard id must be between 0 and 2 *"),
+        (
+            ["--shard-id=3", "--num-shards=3"],
+            "ERROR: --shard-id 3 --num-shards 3: the shard id must be between 0 and 2 *",
+        ),
         (["--shard-id=-1", "--num-shards=3"], "ERROR: --shard-id expects a whole number >= 0, got '-1'"),
         (["--shard-id=0", "--num-shards=0"], "ERROR: --num-shards expects a whole number >= 1, got '0'"),
         (["--shard-id=1"], "ERROR: --shard-id 1 --num-shards 1: *"),
