@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from testharness.__main__ import main
-from testharness.port_check import destination, replaced, side_name, defined_tests, verdict
+from testharness.port_check import defined_tests, destination, replaced, side_name, verdict
 
 OURS = b"""import pytest
 
