@@ -22,7 +22,7 @@ except ImportError:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools" / "py"))
 
 from testharness.tb_dump import *  # noqa: E402,F403  (the module's __all__)
-from testharness.tb_dump_cli import main  # noqa: E402
+from testharness.tb_dump_cli import main, merge_tb_logs_to_json  # noqa: E402,F401  (upstream's function too)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -56,6 +57,34 @@ def missing_prefix_text(missing: list[str], tags: Iterable[str], log_dir: str, l
     return (
         f"No TensorBoard tag starts with {wanted} under {log_dir} (--require-tag-prefix); tags found: {found or 'none'}"
     )
+
+
+def merge_tb_logs_to_json(
+    log_dir: str, output_path: str | None, error_on_conflicts: bool = False, required_tag_prefix: str | None = None
+) -> None:
+    """Upstream's function of this name, for code and tests written against its
+    json_dump_tb_logs.py: the metrics of every event file under `log_dir` to `output_path`
+    (nothing written without one). Raises as upstream's does: FileNotFoundError without event
+    files; ValueError for two files holding different values of a metric at a step
+    (`error_on_conflicts`) or for a `required_tag_prefix` that no tag of any kind starts with.
+    A damaged event file raises DamagedEventFilesError (upstream's reader stops at the damage)."""
+    try:
+        result = dump_tb_logs(log_dir)
+    except NoEventFilesError:
+        raise FileNotFoundError(f"No TensorBoard event files found under {log_dir}") from None
+    # upstream refuses a step logged twice only when the values differ (NaN twice is the same)
+    differing = [c for c in result.conflicts if not (c.old == c.new or (math.isnan(c.old) and math.isnan(c.new)))]
+    if error_on_conflicts and differing:
+        c = differing[0]
+        raise ValueError(
+            f"Conflict detected for metric '{c.metric}' at step {c.step}:\n"
+            f"  {c.old_file} has value {c.old}\n  {c.new_file} has value {c.new}\n"
+            "Re-run without --error-on-conflicts to merge with the latest value."
+        )
+    if required_tag_prefix is not None and missing_prefixes(result.tags, [required_tag_prefix]):
+        raise ValueError(f"No TensorBoard tag starts with '{required_tag_prefix}' under {log_dir}")
+    if output_path:
+        write_json_atomic(output_path, result.metrics, allow_nan=True)
 
 
 DESCRIPTION = "Dump every TensorBoard scalar under LOG_DIR to {metric: {step: value}} JSON."

@@ -491,3 +491,41 @@ def test_cli_accepts_upstreams_allow_conflicts(tmp_path: Path, capsys: pytest.Ca
     with pytest.raises(SystemExit) as exit_info:
         main([str(tmp_path / "logs"), "--allow-conflicts", "--error-on-conflicts"])
     assert exit_info.value.code == 2
+
+
+def _upstream_function():  # as upstream's tests import it: tests/ on sys.path, then the module
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("json_dump_tb_logs", ENTRY)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.merge_tb_logs_to_json
+
+
+def test_upstreams_merge_tb_logs_to_json(tmp_path: Path) -> None:
+    from torch.utils.tensorboard import SummaryWriter
+
+    merge_tb_logs_to_json = _upstream_function()
+    writer = SummaryWriter(str(tmp_path / "logs"))
+    writer.add_scalar("train/loss", 2.0, 1)
+    writer.add_histogram("generation_metrics/histogram/isl", np.arange(5), 1)
+    writer.close()
+    out = tmp_path / "metrics.json"
+    merge_tb_logs_to_json(str(tmp_path / "logs"), str(out), required_tag_prefix="generation_metrics/")
+    assert json.loads(out.read_text()) == {"train/loss": {"1": 2.0}}
+    with pytest.raises(ValueError, match=r"^No TensorBoard tag starts with 'eval/' under "):
+        merge_tb_logs_to_json(str(tmp_path / "logs"), None, required_tag_prefix="eval/")
+    with pytest.raises(FileNotFoundError, match="No TensorBoard event files found under"):
+        merge_tb_logs_to_json(str(tmp_path / "empty"), None)
+
+
+def test_upstreams_function_refuses_only_conflicts_of_different_values(tmp_path: Path) -> None:
+    merge_tb_logs_to_json = _upstream_function()
+    write_scalars(tmp_path / "same" / "a", {"train/loss": {1: 3.0}})
+    write_scalars(tmp_path / "same" / "b", {"train/loss": {1: 3.0}})
+    merge_tb_logs_to_json(str(tmp_path / "same"), None, error_on_conflicts=True)  # a re-logged step: fine
+    write_scalars(tmp_path / "differ" / "a", {"train/loss": {1: 3.0}})
+    write_scalars(tmp_path / "differ" / "b", {"train/loss": {1: 1.0}})
+    with pytest.raises(ValueError, match="Conflict detected for metric 'train/loss' at step 1"):
+        merge_tb_logs_to_json(str(tmp_path / "differ"), None, error_on_conflicts=True)
