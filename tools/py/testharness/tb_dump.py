@@ -169,7 +169,7 @@ class DumpResult:
     # Damaged files read anyway (allow_truncated): only the head before the damage.
     damaged: list[EventFileCheck] = field(default_factory=list)
     # Every tag of the files, of any kind (scalars, tensors, histograms, images, audio, text):
-    # what --require-tag-prefix looks at, as upstream's does.
+    # what --require-tag-prefix looks at: every kind, not only scalars (issue 51).
     tags: frozenset[str] = frozenset()
 
 

@@ -49,8 +49,7 @@ def missing_prefixes(tags: Iterable[str], prefixes: Iterable[str]) -> list[str]:
 
 
 def missing_prefix_text(missing: list[str], tags: Iterable[str], log_dir: str, limit: int = 10) -> str:
-    """Upstream's sentence (`No TensorBoard tag starts with 'gen/' under LOG_DIR`), then the tags
-    that are there."""
+    """`No TensorBoard tag starts with 'gen/' under LOG_DIR`, then the tags that are there."""
     names = sorted(tags)
     found = ", ".join(names[:limit]) + (f", ... ({len(names)} in all)" if len(names) > limit else "")
     wanted = " or ".join(repr(p) for p in missing)
@@ -62,9 +61,9 @@ def missing_prefix_text(missing: list[str], tags: Iterable[str], log_dir: str, l
 def merge_tb_logs_to_json(
     log_dir: str, output_path: str | None, error_on_conflicts: bool = False, required_tag_prefix: str | None = None
 ) -> None:
-    """Upstream's function of this name, for code and tests written against its
-    json_dump_tb_logs.py: the metrics of every event file under `log_dir` to `output_path`
-    (nothing written without one). Raises as upstream's does: FileNotFoundError without event
+    """The function upstream's json_dump_tb_logs.py exports, for code and tests written against
+    it (its signature at upstream's last version seen here, plus `required_tag_prefix`): the metrics of every event file under `log_dir` to `output_path`
+    (nothing written without one). Raises FileNotFoundError without event
     files; ValueError for two files holding different values of a metric at a step
     (`error_on_conflicts`) or for a `required_tag_prefix` that no tag of any kind starts with.
     A damaged event file raises DamagedEventFilesError (upstream's reader stops at the damage)."""

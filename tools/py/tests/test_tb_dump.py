@@ -435,7 +435,7 @@ def test_cli_require_tag_prefix(tmp_path: Path, capsys: pytest.CaptureFixture[st
     logs = str(tmp_path / "logs")
     prefixes = ["--require-tag-prefix", "train/", "--require-tag-prefix", "gen/", "--require-tag-prefix", "eval/"]
     assert main([logs, "--output_path", str(out), *prefixes]) == 1
-    # upstream's sentence (its message names the one prefix it takes), then the tags there are
+    # the sentence names every missing prefix, then the tags there are
     assert capsys.readouterr().err.splitlines() == [
         f"error: No TensorBoard tag starts with 'gen/' or 'eval/' under {logs} (--require-tag-prefix); "
         "tags found: train/loss, val/loss"
