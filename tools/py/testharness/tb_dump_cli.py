@@ -62,11 +62,12 @@ def merge_tb_logs_to_json(
     log_dir: str, output_path: str | None, error_on_conflicts: bool = False, required_tag_prefix: str | None = None
 ) -> None:
     """The function upstream's json_dump_tb_logs.py exports, for code and tests written against
-    it (its signature at upstream's last version seen here, plus `required_tag_prefix`): the metrics of every event file under `log_dir` to `output_path`
-    (nothing written without one). Raises FileNotFoundError without event
-    files; ValueError for two files holding different values of a metric at a step
-    (`error_on_conflicts`) or for a `required_tag_prefix` that no tag of any kind starts with.
-    A damaged event file raises DamagedEventFilesError (upstream's reader stops at the damage)."""
+    it (its signature at the last upstream version seen here, plus `required_tag_prefix`): the
+    metrics of every event file under `log_dir` to `output_path` (nothing written without one).
+    Raises FileNotFoundError without event files; ValueError for two files holding different
+    values of a metric at a step (`error_on_conflicts`) or for a `required_tag_prefix` that no
+    tag of any kind starts with. A damaged event file raises DamagedEventFilesError (upstream's
+    reader stops at the damage)."""
     try:
         result = dump_tb_logs(log_dir)
     except NoEventFilesError:
