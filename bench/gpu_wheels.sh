@@ -18,7 +18,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 DIR="${1:-.whl}"
 NEEDED=(ray jsonschema jsonschema-specifications referencing rpds-py omegaconf antlr4-python3-runtime
         math-verify latex2sympy2-extended pytest pluggy iniconfig pytest-xdist execnet pytest-testmon
-        pytest-rerunfailures pytest-cov coverage pytest-timeout py-spy
+        pytest-rerunfailures pytest-cov coverage pytest-timeout pytest-asyncio py-spy
         transformers huggingface-hub tokenizers safetensors httpx2 httpcore2 truststore)
 pattern="^($(IFS='|'; echo "${NEEDED[*]}"))=="
 mapfile -t pins < <(uv export --format requirements-txt --no-hashes --group test --no-emit-project --quiet \

@@ -313,6 +313,7 @@ def run_example(
                 ("data", "math_path"),
             )
         ]
+        paths.append(((cfg.get("policy") or {}).get("tokenizer") or {}).get("name"))
         ensure_test_assets([p for p in paths if isinstance(p, str)])
         # Upstream NeMo RL's keys first: cluster.gpus_per_node sets the worker count that the rules check.
         problems = resolve_upstream_keys(cfg)

@@ -23,6 +23,11 @@ them their meaning here, or refuses a value that has none with one line saying w
                             the Megatron backend it is refused: there is no Megatron-Bridge, the
                             model comes from policy.model_name and policy.megatron_cfg.
 
+policy.tokenizer.name (upstream: the tokenizer's folder or Hugging Face name, which 11 of its
+functional scripts pass) is a key of this library too, read where the tokenizer is loaded
+(driver and workers; null: policy.model_name's own), so both `policy.tokenizer.name=X` and
+`+policy.tokenizer.name=X` take effect; config_checks checks it.
+
 The other keys of upstream's scripts have the same name and meaning in both schemas:
 sft.max_num_steps, sft.val_period, sft.val_batches (batches per validation),
 grpo.num_prompts_per_step, grpo.num_generations_per_prompt, grpo.max_num_steps,

@@ -7,7 +7,7 @@
 The same command as `testharness tb-dump` (`--help` describes it). Writes
 {"metric/name": {"<step>": value, ...}, ...} from every event file under LOG_DIR to
 OUT.json, or to stdout without --output_path.
-Exit 0 written; 1 no event files, a --require-tag-prefix no metric matches, or a refused
+Exit 0 written; 1 no event files, a --require-tag-prefix no tag matches, or a refused
 conflict; 2 a damaged event file (empty, not an event file, truncated, bad CRC), unless
 --allow-truncated reads it up to the damage.
 """
@@ -22,7 +22,7 @@ except ImportError:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools" / "py"))
 
 from testharness.tb_dump import *  # noqa: E402,F403  (the module's __all__)
-from testharness.tb_dump_cli import main  # noqa: E402
+from testharness.tb_dump_cli import main, merge_tb_logs_to_json  # noqa: E402,F401  (upstream's function too)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -31,5 +31,13 @@ if ! "$PYTHON" -c 'import importlib.util as u, sys; sys.exit(not u.find_spec("te
     export PYTHONPATH="$REPO_ROOT/tools/py${PYTHONPATH:+:$PYTHONPATH}"
 fi
 export TESTHARNESS_ROOT="${TESTHARNESS_ROOT:-$REPO_ROOT}"
+# --cov data goes where upstream's run_unit.sh (which cds into tests/) leaves it and its CI
+# collects it, from any directory: tests/.coverage, beside the functional scripts' data; and
+# the project's coverage settings apply from any directory (coverage looks only in the current
+# one), so Ray workers are measured too (nemo_rl/__init__.py).
+export COVERAGE_FILE="${COVERAGE_FILE:-$REPO_ROOT/tests/.coverage}"
+if [[ -f "$REPO_ROOT/pyproject.toml" ]]; then
+    export COVERAGE_RCFILE="${COVERAGE_RCFILE:-$REPO_ROOT/pyproject.toml}"
+fi
 export TESTHARNESS_PROG="bash tests/run_unit.sh"   # how --help names this script
 exec "$PYTHON" -m testharness.unit_runner "$@"

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from nemo_rl.config import (
+    MISSING,
     Check,
     Relation,
     Rule,
@@ -26,6 +27,7 @@ from nemo_rl.config import (
     directory_path,
     existing_file,
     integer,
+    lookup,
     number,
     pair,
     show,
@@ -54,10 +56,10 @@ def _hub_offline() -> bool:
     return bool(constants.HF_HUB_OFFLINE)
 
 
-def _in_hub_cache(repo_id: str) -> bool:
+def _in_hub_cache(repo_id: str, filename: str = "config.json") -> bool:
     from huggingface_hub import try_to_load_from_cache
 
-    return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    return isinstance(try_to_load_from_cache(repo_id, filename), str)
 
 
 def model_source() -> Check:
@@ -80,6 +82,31 @@ def model_source() -> Check:
                 return f"is neither a local folder nor in the Hugging Face cache (HF_HUB_OFFLINE is set): {value}"
             return None  # resolved (cache or download) by transformers
         return f"does not exist: {value} (a local model folder, or a Hugging Face Hub id such as org/name)"
+
+    return check
+
+
+def tokenizer_source() -> Check:
+    """policy.tokenizer.name: null (the tokenizer of policy.model_name), a local folder holding a
+    tokenizer, or a Hub repo id."""
+
+    def check(value: Any) -> str | None:
+        if value is None:
+            return None
+        if not text().ok(value):
+            return f"must be null, a tokenizer folder or a Hugging Face Hub id, got {show(value)}"
+        p = Path(value).expanduser()
+        if p.is_dir():
+            if not any((p / f).is_file() for f in TOKENIZER_FILES):
+                return f"has no tokenizer ({' / '.join(TOKENIZER_FILES[:2])}): {value}"
+            return None
+        if p.exists():
+            return f"must be a tokenizer folder, not a file: {value}"
+        if looks_like_hub_id(value):
+            if _hub_offline() and not _in_hub_cache(value, "tokenizer_config.json"):
+                return f"is neither a local folder nor in the Hugging Face cache (HF_HUB_OFFLINE is set): {value}"
+            return None
+        return f"does not exist: {value} (a local tokenizer folder, or a Hugging Face Hub id such as org/name)"
 
     return check
 
@@ -152,6 +179,7 @@ def _fits(batch: int, path: str) -> bool:
 
 _POLICY: tuple[Rule | Relation, ...] = (
     Rule("policy.model_name", model_source()),
+    Rule("policy.tokenizer.name", tokenizer_source()),
     Rule("policy.precision", choice("auto", "float32", "bfloat16", "float16")),
     Rule("policy.train_global_batch_size", integer(ge=1)),
     Rule("policy.train_micro_batch_size", integer(ge=1)),
@@ -314,16 +342,26 @@ EVAL_RULES: tuple[Rule | Relation, ...] = (
 )
 
 
+# Keys a config written before them (an older YAML passed with --config) may lack: checked
+# only where present, and their absence means their default.
+OPTIONAL_KEYS = frozenset({"policy.tokenizer.name"})
+
+
+def _check(cfg: Mapping[str, Any], rules: tuple[Rule | Relation, ...]) -> list[str]:
+    absent = {key for key in OPTIONAL_KEYS if lookup(cfg, key) is MISSING}
+    return validate(cfg, [r for r in rules if not (isinstance(r, Rule) and r.key in absent)])
+
+
 def validate_sft(cfg: Mapping[str, Any]) -> list[str]:
     """Every problem of an SFT config (see examples/configs/sft.yaml), one line each."""
-    return validate(cfg, SFT_RULES)
+    return _check(cfg, SFT_RULES)
 
 
 def validate_grpo(cfg: Mapping[str, Any]) -> list[str]:
     """Every problem of a GRPO config (see examples/configs/grpo_math.yaml), one line each."""
-    return validate(cfg, GRPO_RULES)
+    return _check(cfg, GRPO_RULES)
 
 
 def validate_eval(cfg: Mapping[str, Any]) -> list[str]:
     """Every problem of an evaluation config (see examples/configs/eval.yaml), one line each."""
-    return validate(cfg, EVAL_RULES)
+    return _check(cfg, EVAL_RULES)

@@ -23,12 +23,12 @@ from typing import Any, TypedDict
 
 from nemo_rl.algorithms.grpo import EnvConfig
 from nemo_rl.algorithms.grpo import validate as math_accuracy
-from nemo_rl.algorithms.utils import ClusterConfig, local_path_or_name, mean_nll
+from nemo_rl.algorithms.utils import ClusterConfig, mean_nll, resolve_sources
 from nemo_rl.data.datasets import MathProblem, Message, load_chat_dataset, load_math_dataset
 from nemo_rl.distributed.ray_cluster import init_ray
 from nemo_rl.environments.math_environment import MathEnvironment
 from nemo_rl.models.generation.interfaces import GenerationConfig
-from nemo_rl.models.policy.interfaces import PolicyConfig
+from nemo_rl.models.policy.interfaces import PolicyConfig, tokenizer_source
 from nemo_rl.models.policy.policy import Policy, start_policy
 from nemo_rl.utils.checkpoint import CheckpointManager
 from nemo_rl.utils.logger import Logger, LoggerConfig
@@ -96,8 +96,8 @@ def run_eval(cfg: EvalMasterConfig) -> dict[str, float]:
     if not todo:
         raise ValueError(f"nothing to evaluate: no complete checkpoint under {e['checkpoint_dir']}")
     init_ray()
-    pcfg["model_name"] = local_path_or_name(pcfg["model_name"])
-    tokenizer = AutoTokenizer.from_pretrained(pcfg["model_name"])
+    resolve_sources(pcfg)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_source(pcfg))
     conversations = load_chat_dataset(data["val_path"]) if data["val_path"] else []
     problems = load_math_dataset(data["math_path"])[: e["num_prompts"]] if data["math_path"] else []
     policy = start_policy(pcfg, cfg["cluster"]["num_workers"], cfg["cluster"]["gpus_per_worker"])

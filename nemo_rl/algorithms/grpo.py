@@ -16,7 +16,7 @@ from nemo_rl.algorithms.utils import (
     CheckpointingConfig,
     ClusterConfig,
     due,
-    local_path_or_name,
+    resolve_sources,
     resume_from_latest,
     run_start_metrics,
     save_if_due,
@@ -27,7 +27,7 @@ from nemo_rl.data.tokenize import pad_batch, prompt_ids
 from nemo_rl.distributed.ray_cluster import init_ray
 from nemo_rl.environments.math_environment import MathEnvironment
 from nemo_rl.models.generation.interfaces import GenerationConfig, GenerationOutput
-from nemo_rl.models.policy.interfaces import PolicyConfig
+from nemo_rl.models.policy.interfaces import PolicyConfig, tokenizer_source
 from nemo_rl.models.policy.policy import Policy, start_policy
 from nemo_rl.utils.checkpoint import CheckpointManager
 from nemo_rl.utils.logger import Logger, LoggerConfig
@@ -130,8 +130,8 @@ def grpo_train(cfg: GRPOMasterConfig) -> dict[str, float]:
     g, pcfg, ckpt_cfg, lcfg = cfg["grpo"], cfg["policy"], cfg["checkpointing"], cfg["loss_fn"]
     if pcfg.get("init_from_sft"):
         pcfg["model_name"] = resolve_sft_init(str(pcfg["init_from_sft"]))
-    pcfg["model_name"] = local_path_or_name(pcfg["model_name"])
-    tokenizer = AutoTokenizer.from_pretrained(pcfg["model_name"])
+    resolve_sources(pcfg)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_source(pcfg))
     train_data = load_math_dataset(cfg["data"]["train_path"])
     val_data = load_math_dataset(cfg["data"]["val_path"])[: g["val_num_prompts"]]
     policy = start_policy(

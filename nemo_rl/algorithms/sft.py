@@ -11,8 +11,8 @@ from nemo_rl.algorithms.utils import (
     CheckpointingConfig,
     ClusterConfig,
     due,
-    local_path_or_name,
     mean_nll,
+    resolve_sources,
     resume_from_latest,
     run_start_metrics,
     save_if_due,
@@ -21,7 +21,7 @@ from nemo_rl.algorithms.utils import (
 from nemo_rl.data.datasets import Message, batches, load_chat_dataset
 from nemo_rl.data.tokenize import sft_batch
 from nemo_rl.distributed.ray_cluster import init_ray
-from nemo_rl.models.policy.interfaces import PolicyConfig
+from nemo_rl.models.policy.interfaces import PolicyConfig, tokenizer_source
 from nemo_rl.models.policy.policy import Policy, start_policy
 from nemo_rl.utils.checkpoint import CheckpointManager
 from nemo_rl.utils.logger import Logger, LoggerConfig
@@ -63,8 +63,8 @@ def sft_train(cfg: SFTMasterConfig) -> dict[str, float]:
 
     init_ray()
     sft, pcfg, ckpt_cfg = cfg["sft"], cfg["policy"], cfg["checkpointing"]
-    pcfg["model_name"] = local_path_or_name(pcfg["model_name"])
-    tokenizer = AutoTokenizer.from_pretrained(pcfg["model_name"])
+    resolve_sources(pcfg)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_source(pcfg))
     train_data = load_chat_dataset(cfg["data"]["train_path"])
     val_data = load_chat_dataset(cfg["data"]["val_path"])
     policy = start_policy(pcfg, cfg["cluster"]["num_workers"], cfg["cluster"]["gpus_per_worker"])

@@ -9,6 +9,7 @@ from typing import Any, TypedDict
 from nemo_rl.algorithms.loss_functions import NLLLoss
 from nemo_rl.data.datasets import Message, batches
 from nemo_rl.data.tokenize import sft_batch
+from nemo_rl.models.policy.interfaces import PolicyConfig
 from nemo_rl.models.policy.policy import Policy
 from nemo_rl.utils.checkpoint import CheckpointManager
 from nemo_rl.utils.logger import Logger
@@ -29,6 +30,14 @@ class ClusterConfig(TypedDict):
 def local_path_or_name(name: str) -> str:
     """Absolute path for a local folder (workers may run elsewhere), else the hub name unchanged."""
     return str(Path(name).resolve()) if Path(name).exists() else name
+
+
+def resolve_sources(pcfg: PolicyConfig) -> None:
+    """policy.model_name and policy.tokenizer.name (when set) through local_path_or_name, in place."""
+    pcfg["model_name"] = local_path_or_name(pcfg["model_name"])
+    tokenizer = pcfg.get("tokenizer")
+    if tokenizer and tokenizer.get("name"):
+        tokenizer["name"] = local_path_or_name(str(tokenizer["name"]))
 
 
 def skip(it: Iterator[Any], n: int) -> Iterator[Any]:

@@ -6,6 +6,9 @@
   mutually exclusive;
 - upstream's L0 invocations: `cd tests; bash run_unit.sh unit/ --ignore=unit/...` and, from
   the root, `bash tests/run_unit.sh unit/ --ignore=unit/... --deselect unit/...::test`;
+- upstream's L0 shard scripts (one per shard, sourcing a common file of exclusions, calling
+  `uv run --no-sync bash -x ./tests/run_unit.sh ... --shard-id=I --num-shards=3`): the three
+  shards together run every selected test exactly once; a bad shard id is exit 2;
 - a test file written upstream, with upstream's fixtures (`tiny_llama_model_path`,
   `distributed_test_runner`, `tracker`, `session_data` of tests/unit/conftest.py) and a
   `@pytest.mark.vllm` test, beside upstream's vllm test file that imports vllm: `cd tests; bash
@@ -13,6 +16,10 @@
   upstream would, and its metric lands under `<file stem>::<test>` in unit_results.json;
 - upstream's tests/unit/test_check_metrics.py, given by path (NRL_UPSTREAM_CHECK_METRICS_TEST:
   its code is not ours to commit), passes against tests/check_metrics.py;
+- upstream's tests of json_dump_tb_logs.py's --require-tag-prefix, given by path
+  (NRL_UPSTREAM_JSON_DUMP_TB_LOGS_TEST), pass against tests/json_dump_tb_logs.py;
+- `testharness port-check` names the five upstream test files whose paths are this project's
+  own tests before they are copied over them;
 - `./tests/check_metrics.py` and `./tests/json_dump_tb_logs.py` are executable (uv shebang),
   from the root and from another directory, and `uv run tests/check_metrics.py` still works.
 """
@@ -30,6 +37,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+needs_uv = pytest.mark.skipif(shutil.which("uv") is None, reason="the command runs uv, not on PATH here")
 
 UPSTREAM_STYLE = """\
 import pytest
@@ -74,9 +82,10 @@ def project(tmp_path: Path) -> Path:
     return root
 
 
-def _run(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _run(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    extra = env or {}
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TESTHARNESS_"))}
-    env.update(PYTHON=sys.executable, TESTHARNESS_NO_DISCOVERY="1")  # no Ray probing / asset building
+    env.update(PYTHON=sys.executable, TESTHARNESS_NO_DISCOVERY="1", **extra)  # no Ray probing / asset building
     return subprocess.run(list(args), cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
 
 
@@ -184,6 +193,121 @@ def test_vllm_generation():
 """
 
 
+# ------------------------------------------------ upstream's L0 shard scripts (pytest-shard flags)
+
+# Upstream's L0 scripts (tests/unit/L0_Unit_Tests_Models_{1,2,3}.sh) are one file per shard,
+# identical but for --shard-id: they source a common file with the excluded tests and call
+# run_unit.sh from the root with pytest-shard's flags, upstream's `unit/...` paths, `--ignore=`
+# relative to tests/ and `--deselect=` relative to the root.
+L0_COMMON = """\
+#!/bin/bash
+set -xeuo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+EXCLUDED_UNIT_TESTS=(
+    --ignore=unit/models/generation/test_expensive.py
+    --deselect=tests/unit/test_sharded_a.py::test_excluded
+)
+"""
+L0_SHARD = """\
+#!/bin/bash
+# Shard: unit tests outside models/generation/ ({shard_id} of 3)
+source "$(dirname "${{BASH_SOURCE[0]}}")/run_unit_shard_common.sh"
+
+uv run --no-sync bash -x ./tests/run_unit.sh "unit/" "--ignore=unit/models/generation/" "${{EXCLUDED_UNIT_TESTS[@]}}" --shard-id={shard_id} --num-shards=3 --hf-gated
+"""
+SHARDED_A = """\
+import pytest
+
+
+@pytest.mark.parametrize("case", range(6))
+def test_case(case):
+    pass
+
+
+def test_excluded():
+    raise AssertionError("the excluded test ran")
+
+
+@pytest.mark.hf_gated
+def test_gated():
+    pass
+
+
+@pytest.mark.vllm
+def test_vllm_generation():
+    pass
+"""
+SHARDED_B = """\
+def test_one():
+    pass
+
+
+def test_two():
+    pass
+"""
+
+
+@pytest.fixture
+def l0_project(tmp_path: Path) -> Path:
+    """A project (_new_project) with 9 tests to shard, one excluded, one vllm-marked, one in
+    the ignored generation folder, and upstream-style L0 scripts for shards 0, 1 and 2 of 3."""
+    root = tmp_path / "proj"
+    unit = _new_project(root)
+    (unit / "test_sharded_a.py").write_text(SHARDED_A)
+    (unit / "models" / "test_sharded_b.py").write_text(SHARDED_B)
+    (unit / "models" / "generation" / "test_generation_ignored.py").write_text(IGNORED)
+    (unit / "run_unit_shard_common.sh").write_text(L0_COMMON)
+    for shard_id in range(3):
+        (unit / f"L0_Unit_Tests_Sharded_{shard_id + 1}.sh").write_text(L0_SHARD.format(shard_id=shard_id))
+    return root
+
+
+@needs_uv
+def test_upstream_l0_shard_scripts_cover_the_suite_exactly_once(l0_project: Path) -> None:
+    ran: list[str] = []
+    for shard_id in range(3):
+        # `uv run --no-sync` in the project runs this checkout's environment, as it would upstream's
+        proc = _run(
+            l0_project,
+            "bash",
+            f"tests/unit/L0_Unit_Tests_Sharded_{shard_id + 1}.sh",
+            env={"UV_PROJECT_ENVIRONMENT": sys.prefix},
+        )
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0, out
+        assert "unrecognized arguments" not in out
+        assert proc.stdout.rstrip().endswith("run_unit: all selected tests passed"), out
+        record = json.loads((l0_project / "tests" / "unit" / "unit_results.json").read_text())
+        assert record["shard"] == f"{shard_id + 1}/3"
+        outcomes = {nodeid: t["outcome"] for nodeid, t in record["tests"].items()}
+        assert set(outcomes.values()) == {"passed"}, outcomes
+        ran += outcomes
+    expected = [f"tests/unit/test_sharded_a.py::test_case[{i}]" for i in range(6)] + [
+        "tests/unit/test_sharded_a.py::test_gated",
+        "tests/unit/models/test_sharded_b.py::test_one",
+        "tests/unit/models/test_sharded_b.py::test_two",
+    ]  # not the excluded, vllm-marked or ignored ones
+    assert sorted(ran) == sorted(expected)  # each test once: no shard missed or repeated one
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ["--shard-id=3", "--num-shards=3"],
+            "ERROR: --shard-id 3 --num-shards 3: the shard id must be between 0 and 2",
+        ),
+        (["--shard", "1/3", "--num-shards=3"], "ERROR: --shard and --shard-id/--num-shards both choose a shard"),
+    ],
+)
+def test_a_bad_shard_id_stops_run_unit_with_exit_2(l0_project: Path, flags: list[str], message: str) -> None:
+    proc = _run(l0_project, "bash", "tests/run_unit.sh", *flags)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert proc.stderr.rstrip().endswith("run_unit: pytest rejected the arguments (see the error above)")
+    assert not (l0_project / "tests" / "unit" / "unit_results.json").exists()  # nothing ran
+
+
 @pytest.fixture
 def ported(tmp_path: Path) -> Path:
     """A project (_new_project) with this repository's tests/unit/conftest.py (upstream's fixture
@@ -267,6 +391,65 @@ def test_upstreams_check_metrics_tests_pass_unchanged(tmp_path: Path) -> None:
     }
 
 
+# upstream's own tests of json_dump_tb_logs.py's --require-tag-prefix (a test file of its
+# tests/unit/ that runs or imports ../json_dump_tb_logs.py), given by path
+UPSTREAM_TB_DUMP_TEST = os.environ.get("NRL_UPSTREAM_JSON_DUMP_TB_LOGS_TEST")
+
+
+@pytest.mark.skipif(
+    not UPSTREAM_TB_DUMP_TEST,
+    reason="set NRL_UPSTREAM_JSON_DUMP_TB_LOGS_TEST to a copy of upstream's test file of tests/json_dump_tb_logs.py",
+)
+def test_upstreams_json_dump_tag_prefix_tests_pass_unchanged(tmp_path: Path) -> None:
+    """Its tests of --require-tag-prefix (those with `prefix` or `tag` in their name) pass,
+    run from a root that holds tests/json_dump_tb_logs.py and tests/unit/<the file>, as
+    upstream's checkout does."""
+    assert UPSTREAM_TB_DUMP_TEST
+    source = Path(UPSTREAM_TB_DUMP_TEST)
+    (tmp_path / "tests" / "unit").mkdir(parents=True)
+    shutil.copy(source, tmp_path / "tests" / "unit" / source.name)
+    (tmp_path / "tests" / "json_dump_tb_logs.py").symlink_to(REPO / "tests" / "json_dump_tb_logs.py")
+    proc = _run(
+        tmp_path,
+        sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", "-k", "prefix or tag",
+        f"tests/unit/{source.name}",
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != pytest.ExitCode.NO_TESTS_COLLECTED, f"no test of --require-tag-prefix in {source}"
+    assert proc.returncode == 0, out
+    assert " passed" in proc.stdout and " failed" not in proc.stdout, out
+
+
+# Upstream's test files at the paths of this project's own (docs/from-upstream.md, "Port a test")
+SAME_PATH = [
+    "algorithms/test_grpo.py",
+    "algorithms/test_loss_functions.py",
+    "algorithms/test_sft.py",
+    "environments/test_math_environment.py",
+    "models/policy/test_dtensor_worker.py",
+]
+
+
+def test_port_check_names_the_upstream_files_that_would_replace_ours(tmp_path: Path) -> None:
+    upstream = tmp_path / "RL" / "tests" / "unit"
+    for rel in [*SAME_PATH, "algorithms/test_sft_v2.py"]:
+        (upstream / rel).parent.mkdir(parents=True, exist_ok=True)
+        (upstream / rel).write_text("def test_upstream():\n    pass\n")
+    files = [str(upstream / rel) for rel in [*SAME_PATH, "algorithms/test_sft_v2.py"]]
+    proc = _run(REPO, sys.executable, "-m", "testharness", "port-check", *files)  # reads only
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    for rel, line in zip(SAME_PATH, lines, strict=False):
+        side = rel.replace(".py", "_upstream.py")
+        assert line.startswith(f"port-check: COLLIDES: tests/unit/{rel} is this project's test file (")
+        assert line.endswith(f"copy the upstream file as tests/unit/{side}")
+    assert (
+        lines[len(SAME_PATH)]
+        == "port-check: new: tests/unit/algorithms/test_sft_v2.py no file of this project there: copy it"
+    )
+    assert proc.stderr == "port-check: 5 collisions (see above)\n"
+
+
 def test_a_collection_error_is_named_so(project: Path) -> None:
     (project / "tests" / "unit" / "test_broken.py").write_text("import no_such_module_xyz\n")
     proc = _run(project, "bash", "tests/run_unit.sh")
@@ -279,7 +462,6 @@ def test_a_collection_error_is_named_so(project: Path) -> None:
 # ------------------------------------------------ check_metrics.py, json_dump_tb_logs.py
 
 SCRIPTS = ["tests/check_metrics.py", "tests/json_dump_tb_logs.py"]
-needs_uv = pytest.mark.skipif(shutil.which("uv") is None, reason="the shebang runs uv, not on PATH here")
 
 
 @pytest.mark.parametrize("script", SCRIPTS)

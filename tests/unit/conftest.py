@@ -2,13 +2,15 @@
 
 The second half gives upstream NeMo RL's fixture names (its tests/unit/conftest.py) their
 meaning here, so a test written upstream reads the same: `tiny_*_model_path`,
-`init_ray_cluster`, `ray_gpu_monitor`, `session_data`, `distributed_test_runner`
-(docs/from-upstream.md lists the differences). Nothing here imports the library at module
-level: every test's import closure holds this file.
+`init_ray_cluster`, `ray_gpu_monitor`, `session_data`, `_unit_test_data`,
+`distributed_test_runner`, `TEST_ASSETS_DIR` (docs/from-upstream.md lists the differences).
+Nothing here imports the library at module level: every test's import closure holds this file.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib.util
 import os
 import sys
@@ -16,6 +18,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from datetime import timedelta
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -36,6 +39,7 @@ os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 # tests start actors, each in a worker process of its own, so the prestarted ones are waste.
 os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
 ASSETS = UNIT_DIR / "test_assets"
+TEST_ASSETS_DIR = str(ASSETS)  # upstream's name for it: a str, as its os.path.join gives
 
 
 def session_cpus(workers: int) -> int:
@@ -216,8 +220,8 @@ def tiny_nemotron5_h_model_path(test_assets: Path) -> str:
 
 @pytest.fixture(scope="session")
 def init_ray_cluster(ray_cluster: object) -> object:
-    """Upstream's name for `ray_cluster` (the ClusterInfo). Not autouse as upstream's is: a
-    test that needs Ray names it, so a run of tests that do not never starts Ray."""
+    """Upstream's name for `ray_cluster` (the ClusterInfo). A test whose file imports Ray gets
+    it without naming it (`_ray_for_files_that_import_it`)."""
     return ray_cluster
 
 
@@ -231,15 +235,104 @@ def ray_gpu_monitor(init_ray_cluster: object) -> Any:
     return GpuMonitor(interval_s=0)
 
 
-@pytest.fixture(scope="session")
-def session_data(request: pytest.FixtureRequest) -> Mapping[str, Any]:
-    """The record this session writes to unit_results.json, read live: upstream's keys
-    (`metrics`, `git_commit`, `start_time`, `gpu_types`, `coverage`, `exit_status`) and the
-    harness's (`tests`, `memory_unit`, `memory_source`). Read-only: metrics go in through
-    `tracker`, which checks them and carries them from an xdist worker."""
+# Upstream's init_ray_cluster and ray_gpu_monitor are autouse: every run pays a Ray start (a
+# one-test run: 1.8 s -> 8.1 s on the 2-core box). Here a test file gets them unasked when it
+# imports Ray, directly or through nemo_rl; tests that never touch Ray start none.
+@pytest.fixture(scope="module", autouse=True)
+def _ray_for_files_that_import_it(request: pytest.FixtureRequest) -> None:
+    if isinstance(request.node, pytest.Module) and module_imports_ray(request.node.obj):
+        request.getfixturevalue("init_ray_cluster")  # by name: a file's own override wins, as upstream
+        request.getfixturevalue("ray_gpu_monitor")
+
+
+LIBRARY = "nemo_rl"  # followed wherever it is installed; other installed packages are not
+
+
+def module_imports_ray(module: ModuleType) -> bool:
+    """Whether importing `module` (a test file, already imported) imported Ray: a module-level
+    import of `ray`, in the file or in a module it imports so that is nemo_rl's or a file of
+    this checkout (a test helper), and so on."""
+    return imports_ray(module.__name__, _source_of(module.__name__, module))
+
+
+def _source_of(name: str, module: ModuleType | None = None) -> Path | None:
+    """The source file of the imported module `name` when it is followed (nemo_rl, or a file of
+    this checkout outside any virtual environment), else None: another package, or a name
+    imported from a module rather than a module (`from a import B`: `a.B`)."""
+    module = module or sys.modules.get(name)
+    file = getattr(module, "__file__", None)
+    if not file or not file.endswith(".py"):
+        return None
+    path = Path(file).resolve()
+    if name.partition(".")[0] == LIBRARY:
+        return path
+    inside = path.is_relative_to(UNIT_DIR.parents[1])
+    return path if inside and not {".venv", "site-packages"} & set(path.parts) else None
+
+
+def imports_ray(name: str, path: Path | None, source_of: Callable[[str], Path | None] = _source_of) -> bool:
+    """Whether importing module `name` (source `path`) imports Ray, through the modules
+    `source_of` finds a source for (and their parent packages, which an import runs first)."""
+    seen: set[str] = set()
+    todo: list[tuple[str, Path | None]] = [(name, path)]
+    while todo:
+        current, source = todo.pop()
+        if current == "ray" or current.startswith("ray."):
+            return True
+        if current in seen or source is None:
+            continue
+        seen.add(current)
+        package = current if source.name == "__init__.py" else current.rpartition(".")[0]
+        parents = [current.rsplit(".", i)[0] for i in range(1, current.count(".") + 1)]
+        todo += [(n, source_of(n)) for n in (*module_level_imports(source, package), *parents)]
+    return False
+
+
+@functools.cache
+def module_level_imports(path: Path, package: str) -> tuple[str, ...]:
+    """The modules a file imports when it is imported: its import statements outside functions
+    and classes (inside top-level if/try/with too, not under `if TYPE_CHECKING`); `from a import
+    b` names both `a` and `a.b`; relative imports are resolved against `package`."""
+    found: list[str] = []
+    nodes = list(ast.parse(path.read_bytes(), str(path)).body)
+    while nodes:
+        node = nodes.pop()
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.rsplit(".", node.level - 1)[0]
+                base = f"{parent}.{base}" if base else parent
+            found += [base, *(f"{base}.{alias.name}" for alias in node.names if alias.name != "*")]
+        elif isinstance(node, ast.If):
+            checking = ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+            nodes += node.orelse if checking else [*node.body, *node.orelse]
+        elif isinstance(node, ast.Try | ast.TryStar):
+            nodes += [*node.body, *(s for h in node.handlers for s in h.body), *node.orelse, *node.finalbody]
+        elif isinstance(node, ast.With):
+            nodes += node.body
+    return tuple(found)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _unit_test_data(request: pytest.FixtureRequest) -> Mapping[str, Any]:
+    """Upstream's record of the session under its own name (upstream files that replace
+    `session_data` by it, `def session_data(_unit_test_data): yield _unit_test_data`): the same
+    live, read-only record as `session_data`. Autouse as upstream's; it starts nothing."""
     from testharness.tracker import session_record
 
     return session_record(request.config)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_data(_unit_test_data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The record this session writes to unit_results.json, read live: upstream's keys
+    (`metrics`, `git_commit`, `start_time`, `gpu_types`, `coverage`, `exit_status`) and the
+    harness's (`tests`, `memory_unit`, `memory_source`). Read-only: metrics go in through
+    `tracker`, which checks them and carries them from an xdist worker. Autouse as upstream's,
+    without upstream's Ray start (it needs none here)."""
+    return _unit_test_data
 
 
 DIST_TIMEOUT = timedelta(minutes=5)  # a rank left waiting in a collective fails, not hangs

@@ -179,6 +179,7 @@ def test_summarize_is_one_line() -> None:
 ROOT = Path(__file__).resolve().parents[2]
 SFT_YAML = ROOT / "examples" / "configs" / "sft.yaml"
 GRPO_YAML = ROOT / "examples" / "configs" / "grpo_math.yaml"
+EVAL_YAML = ROOT / "examples" / "configs" / "eval.yaml"
 RECIPE = "megatron.bridge.recipes.qwen.qwen3_600m_pretrain_config"
 # Upstream's tests/functional/sft.sh and grpo.sh overrides, the model name changed (paths aside).
 UPSTREAM_SFT = [
@@ -351,3 +352,81 @@ def test_the_examples_apply_upstreams_keys_before_their_rules(
     out, err = capsys.readouterr()
     shown = out if status == 0 else err
     assert shown.startswith(line) and shown.count("\n") == 1, (out, err)
+
+
+# ---------------------------------------------------------------- policy.tokenizer.name
+
+TOKENIZER = "tests/unit/test_assets/tokenizer"  # a tokenizer folder of its own (no model)
+
+
+@pytest.mark.parametrize("form", ["policy.tokenizer.name", "+policy.tokenizer.name"])
+def test_upstreams_tokenizer_name_chooses_the_tokenizer_in_both_forms(
+    in_repo: Path, capsys: pytest.CaptureFixture[str], form: str
+) -> None:
+    # upstream's functional scripts pass policy.tokenizer.name=MODEL beside policy.model_name=MODEL
+    from nemo_rl.models.policy.interfaces import tokenizer_source
+
+    cfg = load_config(SFT_YAML, [f"{form}={TOKENIZER}"])
+    assert tokenizer_source(cfg["policy"]) == TOKENIZER
+    assert validate_sft(cfg) == []
+    assert _example_main("run_sft.py")(["--check-config", f"{form}={TOKENIZER}"]) == 0
+    assert capsys.readouterr().out.startswith("config ok: ")
+
+
+@pytest.mark.parametrize("form", ["policy.tokenizer.name", "+policy.tokenizer.name"])
+@pytest.mark.parametrize(
+    "value, problem",
+    [
+        (
+            "/nonexistent/tok",
+            "policy.tokenizer.name does not exist: /nonexistent/tok (a local tokenizer folder, or a Hugging Face "
+            "Hub id such as org/name)",
+        ),
+        (
+            "tests/unit/test_assets/data",
+            "policy.tokenizer.name has no tokenizer (tokenizer.json / tokenizer_config.json)",
+        ),
+        (
+            "tests/unit/test_assets/tokenizer/tokenizer.json",
+            "policy.tokenizer.name must be a tokenizer folder, not a file",
+        ),
+    ],
+)
+def test_a_bad_tokenizer_name_is_refused_in_both_forms(
+    in_repo: Path, capsys: pytest.CaptureFixture[str], form: str, value: str, problem: str
+) -> None:
+    assert _example_main("run_sft.py")(["--check-config", f"{form}={value}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {problem}") and err.count("\n") == 1, err
+
+
+def test_without_a_tokenizer_name_the_model_brings_its_own(in_repo: Path) -> None:
+    from nemo_rl.models.policy.interfaces import tokenizer_source
+
+    for yaml in (SFT_YAML, GRPO_YAML, EVAL_YAML):
+        policy = load_config(yaml)["policy"]
+        assert policy["tokenizer"] == {"name": None}
+        assert tokenizer_source(policy) == policy["model_name"]
+    assert tokenizer_source({"model_name": "org/model"}) == "org/model"  # type: ignore[typeddict-item]
+
+
+def test_an_older_config_without_policy_tokenizer_still_passes(in_repo: Path, tmp_path: Path) -> None:
+    old = tmp_path / "sft_old.yaml"
+    old.write_text("".join(line for line in SFT_YAML.read_text().splitlines(True) if "tokenizer" not in line))
+    cfg = load_config(old)
+    assert "tokenizer" not in cfg["policy"]
+    assert validate_sft(cfg) == []
+
+
+def test_local_model_and_tokenizer_paths_become_absolute_for_the_workers(in_repo: Path) -> None:
+    from nemo_rl.algorithms.utils import resolve_sources
+
+    pcfg = {"model_name": "tests/unit/test_assets/tiny_llama", "tokenizer": {"name": TOKENIZER}}
+    resolve_sources(pcfg)  # type: ignore[arg-type]
+    assert pcfg == {
+        "model_name": str((in_repo / "tiny_llama").resolve()),
+        "tokenizer": {"name": str((in_repo / "tokenizer").resolve())},
+    }
+    hub = {"model_name": "org/model", "tokenizer": {"name": None}}
+    resolve_sources(hub)  # type: ignore[arg-type]
+    assert hub == {"model_name": "org/model", "tokenizer": {"name": None}}

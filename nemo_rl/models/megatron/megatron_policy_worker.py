@@ -32,7 +32,7 @@ from nemo_rl.models.megatron.model import (
     load_weights,
     model_weights,
 )
-from nemo_rl.models.policy.interfaces import PolicyConfig
+from nemo_rl.models.policy.interfaces import PolicyConfig, tokenizer_source
 from nemo_rl.models.policy.workers.base import PolicyWorkerBase, resolve_dtype, token_logprobs
 
 SEED = 1234
@@ -70,7 +70,7 @@ class MegatronPolicyWorker(PolicyWorkerBase):
             raise ValueError(f"tensor_model_parallel_size={self.tp} must divide the {self.world_size} workers")
         self.device = torch.device("cuda", 0) if on_gpu else torch.device("cpu")
         self.dtype = resolve_dtype(config["precision"], on_gpu)
-        self.tokenizer = AutoTokenizer.from_pretrained(config["model_name"])
+        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_source(config))
 
         if not parallel_state.model_parallel_is_initialized():
             parallel_state.initialize_model_parallel(tensor_model_parallel_size=self.tp)

@@ -7,7 +7,7 @@ never imports algorithms/).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol, TypedDict
+from typing import NotRequired, Protocol, TypedDict
 
 from torch import Tensor
 
@@ -38,8 +38,14 @@ class MegatronConfig(TypedDict, total=False):
     tensor_model_parallel_size: int
 
 
+class TokenizerConfig(TypedDict, total=False):
+    # upstream NeMo RL's key: the tokenizer's folder or Hugging Face name; None: model_name's own
+    name: str | None
+
+
 class PolicyConfig(TypedDict):
     model_name: str
+    tokenizer: NotRequired[TokenizerConfig]
     precision: str  # auto | float32 | bfloat16
     train_global_batch_size: int
     train_micro_batch_size: int
@@ -49,3 +55,9 @@ class PolicyConfig(TypedDict):
     optimizer: OptimizerConfig
     scheduler: SchedulerConfig
     megatron_cfg: MegatronConfig
+
+
+def tokenizer_source(config: PolicyConfig) -> str:
+    """Where the tokenizer comes from: `tokenizer.name` when set (upstream's key), else the
+    model's own folder or Hub name (`model_name`)."""
+    return (config.get("tokenizer") or {}).get("name") or config["model_name"]

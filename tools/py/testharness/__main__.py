@@ -7,6 +7,7 @@
     testharness explain         why --testmon selects the tests of these files (remote-aware selection)
     testharness functional      what functional scripts reach; which ones an edit affects (run_all.sh --affected)
     testharness state           save the selection state as one file, or load one (CI: select against the base branch)
+    testharness port-check      whether test files brought over from upstream replace this project's
 
 Each subcommand lives in its own module with `add_arguments(parser)` and `run(args) -> int`;
 this file only wires them up. `testharness <subcommand> --help` describes each one.
@@ -18,7 +19,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from testharness import report, selection_state, tb_dump_cli
+from testharness import port_check, report, selection_state, tb_dump_cli
 from testharness.checks import cli as checks_cli
 from testharness.functional import cli as functional_cli
 from testharness.remote_select import __main__ as explain_cli
@@ -68,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     functional_cli.add_arguments(add("functional", summary, functional_cli.DESCRIPTION, functional_cli.run))
     summary = "save the selection state (testmon, remote reach, functional reach) as one file, or load one"
     selection_state.add_arguments(add("state", summary, selection_state.DESCRIPTION, selection_state.run))
+    summary = "whether test files brought over from another checkout (upstream's) replace this project's"
+    port_check.add_arguments(add("port-check", summary, port_check.DESCRIPTION, port_check.run, port_check.EPILOG))
     # Listed for `testharness --help`; its arguments are unit_runner's own (see main()).
     commands.add_parser(
         RUN_UNIT,

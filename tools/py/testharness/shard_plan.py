@@ -40,6 +40,30 @@ def parse_shard_spec(text: str) -> tuple[int, int]:
     return index, count
 
 
+def parse_shard_id(shard_id: str | None, num_shards: str | None) -> tuple[int, int]:
+    """pytest-shard's `--shard-id I --num-shards N` -> `(I + 1, N)`, the `--shard I/N` form.
+
+    As in pytest-shard, I counts from 0 and the flags default to 0 and 1 (`--num-shards 3`
+    alone is shard 0 of 3). ShardSpecError unless 0 <= I < N.
+    """
+    index = _whole(shard_id, "--shard-id", default=0, minimum=0)
+    count = _whole(num_shards, "--num-shards", default=1, minimum=1)
+    if index >= count:
+        raise ShardSpecError(
+            f"--shard-id {index} --num-shards {count}: the shard id must be between 0 and {count - 1} "
+            "(--shard-id counts from 0, as in pytest-shard)"
+        )
+    return index + 1, count
+
+
+def _whole(text: str | None, flag: str, *, default: int, minimum: int) -> int:
+    if text is None:
+        return default
+    if not text.strip().isdigit() or int(text) < minimum:
+        raise ShardSpecError(f"{flag} expects a whole number >= {minimum}, got {text!r}")
+    return int(text)
+
+
 @dataclass(frozen=True)
 class Shard:
     """One shard: its 1-based index, its tests (in the order given) and their expected seconds."""

@@ -3,10 +3,17 @@
 A thin adapter: the durations come from `history.py`, the partition from `shard_plan.py`.
 Sharding is applied after every other selection (-k, -m, --hf-gated, testmon, ...) so the
 N shards together run exactly the tests one unsharded run would.
+
+pytest-shard's `--shard-id I --num-shards N` (I from 0), which upstream NeMo RL's L0 scripts
+pass, choose the same shards: they become `--shard I+1/N` at configure, so the record, the
+plan and every reader see one form. Where pytest-shard itself is loaded, the two flags are
+its own (hash-based shards) and this module does not define them.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import os
 from collections.abc import Generator
 from dataclasses import dataclass
 
@@ -14,7 +21,14 @@ import pytest
 
 from testharness.contract import history_dir_of
 from testharness.history import HISTORY_ENV, History, load_history, planning_durations
-from testharness.shard_plan import ShardPlan, ShardSpecError, format_plan, parse_shard_spec, plan_shards
+from testharness.shard_plan import (
+    ShardPlan,
+    ShardSpecError,
+    format_plan,
+    parse_shard_id,
+    parse_shard_spec,
+    plan_shards,
+)
 
 
 @dataclass
@@ -30,7 +44,17 @@ class _ShardState:
 _STATE = pytest.StashKey[_ShardState]()
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
+def _pytest_shard_loaded(pluginmanager: pytest.PytestPluginManager) -> bool:
+    """Whether pytest-shard (entry point `pytest-shard`) defines --shard-id/--num-shards in this
+    run: two plugins adding one flag stop pytest before it starts."""
+    if pluginmanager.has_plugin("pytest-shard") or pluginmanager.has_plugin("pytest_shard.pytest_shard"):
+        return True
+    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD") or pluginmanager.is_blocked("pytest-shard"):
+        return False
+    return importlib.util.find_spec("pytest_shard") is not None  # installed: its entry point loads it
+
+
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
     group = parser.getgroup("testharness-shards", "duration-balanced shards (testharness)")
     group.addoption(
         "--shard",
@@ -38,6 +62,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="run only shard I of N; shards are balanced by the test durations recorded in the history files",
     )
+    if not _pytest_shard_loaded(pluginmanager):
+        group.addoption(
+            "--shard-id",
+            metavar="I",
+            default=None,
+            help="pytest-shard's form: shard I, counted from 0, of --num-shards N (the same shards as --shard I+1/N)",
+        )
+        group.addoption(
+            "--num-shards",
+            metavar="N",
+            default=None,
+            help="pytest-shard's form: the number of shards (with --shard-id; --shard-id defaults to 0)",
+        )
     group.addoption(
         "--shard-plan",
         action="store_true",
@@ -56,6 +93,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     spec = config.getoption("shard")
     plan_only = bool(config.getoption("shard_plan"))
+    if not _pytest_shard_loaded(config.pluginmanager):
+        spec = _from_shard_id(config, spec)
     if spec is None:
         if plan_only:
             raise pytest.UsageError("--shard-plan needs --shard I/N to know how many shards to plan (e.g. --shard 1/4)")
@@ -65,6 +104,25 @@ def pytest_configure(config: pytest.Config) -> None:
     except ShardSpecError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[_STATE] = _ShardState(index=index, count=count, plan_only=plan_only)
+
+
+def _from_shard_id(config: pytest.Config, spec: str | None) -> str | None:
+    """--shard-id/--num-shards as --shard I+1/N, written back to the option (the record and the
+    supervisor read `shard`); a usage error when they are bad or given with --shard."""
+    shard_id, num_shards = config.getoption("shard_id", None), config.getoption("num_shards", None)
+    if shard_id is None and num_shards is None:
+        return spec
+    if spec is not None:
+        raise pytest.UsageError(
+            "--shard and --shard-id/--num-shards both choose a shard: give one "
+            "(--shard-id=0 --num-shards=3 is --shard 1/3)"
+        )
+    try:
+        index, count = parse_shard_id(shard_id, num_shards)
+    except ShardSpecError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.option.shard = f"{index}/{count}"
+    return str(config.option.shard)
 
 
 # A wrapper, and the outermost one: its code after `yield` runs once every other

@@ -168,6 +168,9 @@ class DumpResult:
     conflicts: list[Conflict] = field(default_factory=list)
     # Damaged files read anyway (allow_truncated): only the head before the damage.
     damaged: list[EventFileCheck] = field(default_factory=list)
+    # Every tag of the files, of any kind (scalars, tensors, histograms, images, audio, text):
+    # what --require-tag-prefix looks at: every kind, not only scalars (issue 51).
+    tags: frozenset[str] = frozenset()
 
 
 def is_event_file(path: Path) -> bool:
@@ -293,6 +296,11 @@ def read_event_file(path: str | Path) -> dict[str, dict[int, float]]:
 
     Within one file a step logged twice keeps its last value (TensorBoard's own order).
     """
+    return _read_event_file(path)[0]
+
+
+def _read_event_file(path: str | Path) -> tuple[dict[str, dict[int, float]], set[str]]:
+    """read_event_file's metrics, and every tag of the file whatever its kind."""
     from tensorboard.backend.event_processing import event_accumulator as ea
 
     acc = ea.EventAccumulator(
@@ -305,6 +313,8 @@ def read_event_file(path: str | Path) -> dict[str, dict[int, float]]:
     acc.Reload()
     out: dict[str, dict[int, float]] = {}
     tags = acc.Tags()
+    # Tags() maps each kind to its tags, and `graph`/`meta_graph` to a flag: the lists only.
+    every_tag = {tag for names in tags.values() if isinstance(names, list) for tag in names}
     for tag in tags.get(ea.SCALARS, []):
         series = out.setdefault(tag, {})
         for ev in acc.Scalars(tag):
@@ -322,7 +332,7 @@ def read_event_file(path: str | Path) -> dict[str, dict[int, float]]:
                 series[int(tev.step)] = v
         if not series:
             del out[tag]
-    return out
+    return out, every_tag
 
 
 def _same(a: float, b: float) -> bool:
@@ -334,9 +344,12 @@ def merge(files: Iterable[Path], base: Path | None = None) -> DumpResult:
     files = list(files)
     merged: dict[str, dict[int, tuple[float, str]]] = {}
     conflicts: list[Conflict] = []
+    tags: set[str] = set()
     for path in files:
         name = display_name(path, base)
-        for tag, series in read_event_file(path).items():
+        metrics_of_file, tags_of_file = _read_event_file(path)
+        tags |= tags_of_file
+        for tag, series in metrics_of_file.items():
             dest = merged.setdefault(tag, {})
             for step, value in series.items():
                 if step in dest:
@@ -346,7 +359,7 @@ def merge(files: Iterable[Path], base: Path | None = None) -> DumpResult:
                     conflicts.append(Conflict(tag, step, old, value, old_name, name))
                 dest[step] = (value, name)
     metrics = {tag: {str(step): v for step, (v, _) in sorted(series.items())} for tag, series in sorted(merged.items())}
-    return DumpResult(metrics=metrics, files=files, conflicts=conflicts)
+    return DumpResult(metrics=metrics, files=files, conflicts=conflicts, tags=frozenset(tags))
 
 
 def conflict_text(conflicts: list[Conflict], limit: int = 20, fatal: bool = False) -> str:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from testharness.atomic_io import json_text, write_json_atomic
@@ -41,24 +42,56 @@ def _damage_hints(exc: DamagedEventFilesError) -> Iterator[str]:
         )
 
 
-def missing_prefixes(metrics: Iterable[str], prefixes: Iterable[str]) -> list[str]:
-    """The prefixes (in the order given, once each) that no metric name starts with."""
-    names = list(metrics)
+def missing_prefixes(tags: Iterable[str], prefixes: Iterable[str]) -> list[str]:
+    """The prefixes (in the order given, once each) that no tag starts with."""
+    names = list(tags)
     return [p for p in dict.fromkeys(prefixes) if not any(n.startswith(p) for n in names)]
 
 
-def missing_prefix_text(missing: list[str], metrics: Mapping[str, object], limit: int = 10) -> str:
-    names = sorted(metrics)
+def missing_prefix_text(missing: list[str], tags: Iterable[str], log_dir: str, limit: int = 10) -> str:
+    """`No TensorBoard tag starts with 'gen/' under LOG_DIR`, then the tags that are there."""
+    names = sorted(tags)
     found = ", ".join(names[:limit]) + (f", ... ({len(names)} in all)" if len(names) > limit else "")
-    wanted = ", ".join(repr(p) for p in missing)
-    return f"no metric name starts with {wanted} (--require-tag-prefix); found: {found or 'none'}"
+    wanted = " or ".join(repr(p) for p in missing)
+    return (
+        f"No TensorBoard tag starts with {wanted} under {log_dir} (--require-tag-prefix); tags found: {found or 'none'}"
+    )
+
+
+def merge_tb_logs_to_json(
+    log_dir: str, output_path: str | None, error_on_conflicts: bool = False, required_tag_prefix: str | None = None
+) -> None:
+    """The function upstream's json_dump_tb_logs.py exports, for code and tests written against
+    it (its signature at the last upstream version seen here, plus `required_tag_prefix`): the
+    metrics of every event file under `log_dir` to `output_path` (nothing written without one).
+    Raises FileNotFoundError without event files; ValueError for two files holding different
+    values of a metric at a step (`error_on_conflicts`) or for a `required_tag_prefix` that no
+    tag of any kind starts with. A damaged event file raises DamagedEventFilesError (upstream's
+    reader stops at the damage)."""
+    try:
+        result = dump_tb_logs(log_dir)
+    except NoEventFilesError:
+        raise FileNotFoundError(f"No TensorBoard event files found under {log_dir}") from None
+    # upstream refuses a step logged twice only when the values differ (NaN twice is the same)
+    differing = [c for c in result.conflicts if not (c.old == c.new or (math.isnan(c.old) and math.isnan(c.new)))]
+    if error_on_conflicts and differing:
+        c = differing[0]
+        raise ValueError(
+            f"Conflict detected for metric '{c.metric}' at step {c.step}:\n"
+            f"  {c.old_file} has value {c.old}\n  {c.new_file} has value {c.new}\n"
+            "Re-run without --error-on-conflicts to merge with the latest value."
+        )
+    if required_tag_prefix is not None and missing_prefixes(result.tags, [required_tag_prefix]):
+        raise ValueError(f"No TensorBoard tag starts with '{required_tag_prefix}' under {log_dir}")
+    if output_path:
+        write_json_atomic(output_path, result.metrics, allow_nan=True)
 
 
 DESCRIPTION = "Dump every TensorBoard scalar under LOG_DIR to {metric: {step: value}} JSON."
 EPILOG = (
     "Without --output_path the JSON goes to stdout (the summary line to stderr). "
     "Exit status: 0 when the JSON is written; 1 when there are no event files, a "
-    "--require-tag-prefix matches no metric, a conflict is refused, or the JSON cannot "
+    "--require-tag-prefix matches no tag, a conflict is refused, or the JSON cannot "
     "be written; 2 when an event file is damaged (nothing is written, a previous "
     "OUT.json is left as it was)."
 )
@@ -85,8 +118,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="PREFIX",
         help=(
-            "fail (exit 1, nothing written) unless some metric name starts with PREFIX, "
-            "e.g. train/ to catch a run that never logged a training step; repeatable"
+            "fail (exit 1, nothing written) unless some TensorBoard tag of any kind (scalar, "
+            "histogram, text, image, ...) starts with PREFIX, e.g. train/ to catch a run that "
+            "never logged a training step; repeatable: each PREFIX must match"
         ),
     )
     conflicts = parser.add_mutually_exclusive_group()
@@ -158,9 +192,9 @@ def run(args: argparse.Namespace) -> int:
         )
     if result.conflicts:
         print(f"warning: {conflict_text(result.conflicts)}", file=sys.stderr)
-    missing = missing_prefixes(result.metrics, args.require_tag_prefix)
+    missing = missing_prefixes(result.tags, args.require_tag_prefix)
     if missing:
-        print(f"error: {missing_prefix_text(missing, result.metrics)}", file=sys.stderr)
+        print(f"error: {missing_prefix_text(missing, result.tags, args.log_dir)}", file=sys.stderr)
         return 1
     if args.output_path is None:
         sys.stdout.write(json_text(result.metrics, allow_nan=True))

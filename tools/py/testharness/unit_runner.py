@@ -48,6 +48,7 @@ def usage(groups: Sequence[MarkerGroup] = (), prog: str | None = None) -> str:
     lines += [
         "  --rerun-failures N  rerun a failing test up to N times (pytest-rerunfailures --reruns N)",
         "  --shard I/N         run shard I of N (balanced on past durations); --shard-plan prints it",
+        "  --shard-id I --num-shards N   the same, in pytest-shard's form: I counts from 0 (--shard I+1/N)",
         "  --junitxml FILE     JUnit XML of the run's record (crashed tests included), for CI",
         "  -h, --help          this help",
         "Every other argument goes to pytest (e.g. -k EXPR, -m EXPR, -x, FILE.py, FILE.py::TEST).",
@@ -134,7 +135,7 @@ VALUE_OPTIONS = frozenset({
     "--basetemp", "--config-file", "--override-ini", "--durations", "--durations-min",
     "--maxfail", "--tb", "--import-mode", "--junitxml", "--junit-xml", "--log-level",
     "--log-file", "--cov-report", "--cov-config", "--reruns", "--timeout", "--dist",
-    "--shard", "--unit-results-dir",
+    "--shard", "--shard-id", "--num-shards", "--unit-results-dir",
 })  # fmt: skip
 _GLOB_CHARS = frozenset("*?[")
 

@@ -13,7 +13,7 @@ from testharness import __main__ as cli
 from testharness import unit_runner
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
-SUBCOMMANDS = ("report", "check-metrics", "tb-dump", "explain", "run-unit")
+SUBCOMMANDS = ("report", "check-metrics", "tb-dump", "explain", "run-unit", "port-check")
 
 
 def test_the_top_level_help_lists_every_subcommand(capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,6 +11,7 @@ from testharness.shard_plan import (
     ShardSpecError,
     format_plan,
     longest_files_first,
+    parse_shard_id,
     parse_shard_spec,
     plan_shards,
 )
@@ -36,6 +37,34 @@ def test_parse_valid_specs(text: str, expected: tuple[int, int]) -> None:
 def test_parse_invalid_specs_give_a_clear_message(text: str, message: str) -> None:
     with pytest.raises(ShardSpecError, match=message):
         parse_shard_spec(text)
+
+
+@pytest.mark.parametrize(
+    "shard_id,num_shards,expected",
+    [("0", "3", (1, 3)), ("2", "3", (3, 3)), (None, "3", (1, 3)), ("0", None, (1, 1)), (None, None, (1, 1))],
+)
+def test_pytest_shard_ids_count_from_0_with_its_defaults(
+    shard_id: str | None, num_shards: str | None, expected: tuple[int, int]
+) -> None:
+    # pytest-shard: --shard-id defaults to 0 and --num-shards to 1
+    assert parse_shard_id(shard_id, num_shards) == expected
+
+
+@pytest.mark.parametrize(
+    "shard_id,num_shards,message",
+    [
+        ("3", "3", "--shard-id 3 --num-shards 3: the shard id must be between 0 and 2 (--shard-id counts from 0, "),
+        ("1", None, "--shard-id 1 --num-shards 1: the shard id must be between 0 and 0 "),
+        ("-1", "3", "--shard-id expects a whole number >= 0, got '-1'"),
+        ("one", "3", "--shard-id expects a whole number >= 0, got 'one'"),
+        ("0", "0", "--num-shards expects a whole number >= 1, got '0'"),
+        ("0", "2.5", "--num-shards expects a whole number >= 1, got '2.5'"),
+    ],
+)
+def test_bad_pytest_shard_ids_say_what_is_wrong(shard_id: str, num_shards: str | None, message: str) -> None:
+    with pytest.raises(ShardSpecError) as info:
+        parse_shard_id(shard_id, num_shards)
+    assert str(info.value).startswith(message)
 
 
 def _assert_partition(tests: list[str], plan_tests: list[tuple[str, ...]]) -> None:

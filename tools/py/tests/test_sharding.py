@@ -206,3 +206,84 @@ def test_without_shard_options_nothing_changes(suite: pytest.Pytester) -> None:
     result = suite.runpytest(*PLUGIN)
     result.assert_outcomes(passed=11)
     assert "shard history" not in result.stdout.str()
+
+
+# ------------------------------------------------- pytest-shard's --shard-id / --num-shards
+
+
+@pytest.mark.parametrize("form", ["equals", "two-tokens"])
+def test_pytest_shard_flags_choose_the_same_shards_counted_from_0(suite: pytest.Pytester, form: str) -> None:
+    by_id = []
+    for i in (0, 1, 2):
+        flags = (
+            [f"--shard-id={i}", "--num-shards=3"] if form == "equals" else ["--shard-id", str(i), "--num-shards", "3"]
+        )
+        by_id.append(collected(suite.runpytest(*PLUGIN, "--collect-only", "-q", *flags)))
+    by_spec = [collected(suite.runpytest(*PLUGIN, "--collect-only", "-q", "--shard", f"{i}/3")) for i in (1, 2, 3)]
+    assert by_id == by_spec  # shard-id I is --shard I+1/N: the same duration-balanced plan
+    assert sorted(t for s in by_id for t in s) == sorted(DURATIONS)
+
+
+def test_a_shard_id_run_records_and_says_its_shard_as_i_of_n(suite: pytest.Pytester) -> None:
+    suite.makepyprojecttoml('[tool.testharness]\nresults_dir = "tests"\ntest_roots = ["."]\n')
+    result = suite.runpytest("-p", "testharness.tracker", *PLUGIN, "--shard-id=1", "--num-shards=3")
+    result.assert_outcomes(passed=4, deselected=7)
+    result.stdout.fnmatch_lines(["shard 2/3: 4 of 11 selected tests, *"])
+    assert json.loads((suite.path / "tests/unit_results.json").read_text())["shard"] == "2/3"
+
+
+def test_num_shards_alone_is_shard_0_as_in_pytest_shard(suite: pytest.Pytester) -> None:
+    alone = collected(suite.runpytest(*PLUGIN, "--collect-only", "-q", "--num-shards=3"))
+    assert alone == collected(suite.runpytest(*PLUGIN, "--collect-only", "-q", "--shard", "1/3"))
+
+
+def test_shard_plan_works_with_shard_id(suite: pytest.Pytester) -> None:
+    result = suite.runpytest(*PLUGIN, "--shard-id=0", "--num-shards=2", "--shard-plan")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["shard 1/2: 4 tests, expected 11.0 s  <- this shard"])
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (
+            ["--shard-id=3", "--num-shards=3"],
+            "ERROR: --shard-id 3 --num-shards 3: the shard id must be between 0 and 2 *",
+        ),
+        (["--shard-id=-1", "--num-shards=3"], "ERROR: --shard-id expects a whole number >= 0, got '-1'"),
+        (["--shard-id=0", "--num-shards=0"], "ERROR: --num-shards expects a whole number >= 1, got '0'"),
+        (["--shard-id=1"], "ERROR: --shard-id 1 --num-shards 1: *"),
+        (
+            ["--shard", "1/3", "--shard-id=0", "--num-shards=3"],
+            "ERROR: --shard and --shard-id/--num-shards both choose a shard: give one (--shard-id=0 --num-shards=3 is --shard 1/3)",
+        ),
+    ],
+)
+def test_bad_shard_ids_and_mixing_with_shard_are_usage_errors(
+    suite: pytest.Pytester, args: list[str], message: str
+) -> None:
+    result = suite.runpytest(*PLUGIN, *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+    assert "Traceback" not in result.stderr.str()
+
+
+def test_where_pytest_shard_is_loaded_its_flags_are_its_own(suite: pytest.Pytester) -> None:
+    # A stand-in for pytest-shard (its module path and flags; it keeps the even-numbered
+    # tests): both plugins defining --shard-id would stop pytest before it starts.
+    package = suite.mkpydir("pytest_shard")
+    (package / "pytest_shard.py").write_text(
+        "def pytest_addoption(parser):\n"
+        "    group = parser.getgroup('shard')\n"
+        "    group.addoption('--shard-id', dest='shard_id', type=int, default=0)\n"
+        "    group.addoption('--num-shards', dest='num_shards', type=int, default=1)\n"
+        "def pytest_collection_modifyitems(config, items):\n"
+        "    n, i = config.getoption('num_shards'), config.getoption('shard_id')\n"
+        "    items[:] = [item for k, item in enumerate(items) if k % n == i]\n"
+    )
+    result = suite.runpytest_subprocess(
+        "-p", "pytest_shard.pytest_shard", *PLUGIN, "--shard-id=1", "--num-shards=2", "-q"
+    )
+    assert result.ret == 0, result.stderr.str()
+    result.assert_outcomes(passed=5)  # its split of 11 tests (ours would be 7 and 4)
+    assert "shard history" not in result.stdout.str()

@@ -409,7 +409,7 @@ def test_cli_help_documents_the_flag() -> None:
 def test_missing_prefixes_in_the_order_given_once_each() -> None:
     from testharness.tb_dump_cli import missing_prefixes
 
-    names = ["train/loss", "val/loss"]
+    names = {"train/loss", "val/loss"}
     assert missing_prefixes(names, []) == []
     assert missing_prefixes(names, ["train/", "val/"]) == []
     assert missing_prefixes(names, ["gen/", "train/", "eval/", "gen/"]) == ["gen/", "eval/"]
@@ -433,14 +433,52 @@ def test_cli_require_tag_prefix(tmp_path: Path, capsys: pytest.CaptureFixture[st
     write_scalars(tmp_path / "logs", {"train/loss": {1: 2.0}, "val/loss": {1: 3.0}})
     out = tmp_path / "metrics.json"
     logs = str(tmp_path / "logs")
-    prefixes = ["--require-tag-prefix", "train/", "--require-tag-prefix", "gen/"]
+    prefixes = ["--require-tag-prefix", "train/", "--require-tag-prefix", "gen/", "--require-tag-prefix", "eval/"]
     assert main([logs, "--output_path", str(out), *prefixes]) == 1
+    # the sentence names every missing prefix, then the tags there are
     assert capsys.readouterr().err.splitlines() == [
-        "error: no metric name starts with 'gen/' (--require-tag-prefix); found: train/loss, val/loss"
+        f"error: No TensorBoard tag starts with 'gen/' or 'eval/' under {logs} (--require-tag-prefix); "
+        "tags found: train/loss, val/loss"
     ]
     assert not out.exists()
     assert main([logs, "--output_path", str(out), "--require-tag-prefix", "train/"]) == 0
     assert json.loads(out.read_text()) == {"train/loss": {"1": 2.0}, "val/loss": {"1": 3.0}}
+
+
+@pytest.mark.parametrize("kind", ["histogram", "text", "image"])
+def test_require_tag_prefix_counts_every_kind_of_tag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    # Upstream's GRPO logs generation_metrics/* as histograms only: its scripts' check
+    # `--require-tag-prefix generation_metrics/` looks at every tag, not only the scalars.
+    from torch.utils.tensorboard import SummaryWriter
+
+    from testharness.tb_dump_cli import main
+
+    writer = SummaryWriter(str(tmp_path / "logs"))
+    writer.add_scalar("train/loss", 2.0, 1)
+    if kind == "histogram":
+        writer.add_histogram("generation_metrics/histogram/isl", np.arange(10), 1)
+    elif kind == "text":
+        writer.add_text("generation_metrics/sample", "a response", 1)
+    else:
+        writer.add_image("generation_metrics/image", np.zeros((3, 4, 4)), 1)
+    writer.close()
+    out = tmp_path / "metrics.json"
+    args = [str(tmp_path / "logs"), "--output_path", str(out), "--require-tag-prefix", "generation_metrics/"]
+    assert main(args) == 0, capsys.readouterr().err
+    assert json.loads(out.read_text()) == {"train/loss": {"1": 2.0}}  # the JSON holds the scalars only
+    assert tb_dump.dump_tb_logs(tmp_path / "logs").tags >= {"train/loss"}
+
+
+def test_require_tag_prefix_looks_across_every_event_file(tmp_path: Path) -> None:
+    from testharness.tb_dump_cli import main
+
+    write_scalars(tmp_path / "logs" / "train", {"train/loss": {1: 2.0}})
+    write_scalars(tmp_path / "logs" / "gen", {"gen/len": {1: 5.0}})
+    logs = str(tmp_path / "logs")
+    assert main([logs, "--output_path", str(tmp_path / "m.json"), "--require-tag-prefix", "train/",
+                 "--require-tag-prefix", "gen/"]) == 0  # fmt: skip
 
 
 def test_cli_accepts_upstreams_allow_conflicts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -453,3 +491,41 @@ def test_cli_accepts_upstreams_allow_conflicts(tmp_path: Path, capsys: pytest.Ca
     with pytest.raises(SystemExit) as exit_info:
         main([str(tmp_path / "logs"), "--allow-conflicts", "--error-on-conflicts"])
     assert exit_info.value.code == 2
+
+
+def _upstream_function():  # as upstream's tests import it: tests/ on sys.path, then the module
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("json_dump_tb_logs", ENTRY)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.merge_tb_logs_to_json
+
+
+def test_upstreams_merge_tb_logs_to_json(tmp_path: Path) -> None:
+    from torch.utils.tensorboard import SummaryWriter
+
+    merge_tb_logs_to_json = _upstream_function()
+    writer = SummaryWriter(str(tmp_path / "logs"))
+    writer.add_scalar("train/loss", 2.0, 1)
+    writer.add_histogram("generation_metrics/histogram/isl", np.arange(5), 1)
+    writer.close()
+    out = tmp_path / "metrics.json"
+    merge_tb_logs_to_json(str(tmp_path / "logs"), str(out), required_tag_prefix="generation_metrics/")
+    assert json.loads(out.read_text()) == {"train/loss": {"1": 2.0}}
+    with pytest.raises(ValueError, match=r"^No TensorBoard tag starts with 'eval/' under "):
+        merge_tb_logs_to_json(str(tmp_path / "logs"), None, required_tag_prefix="eval/")
+    with pytest.raises(FileNotFoundError, match="No TensorBoard event files found under"):
+        merge_tb_logs_to_json(str(tmp_path / "empty"), None)
+
+
+def test_upstreams_function_refuses_only_conflicts_of_different_values(tmp_path: Path) -> None:
+    merge_tb_logs_to_json = _upstream_function()
+    write_scalars(tmp_path / "same" / "a", {"train/loss": {1: 3.0}})
+    write_scalars(tmp_path / "same" / "b", {"train/loss": {1: 3.0}})
+    merge_tb_logs_to_json(str(tmp_path / "same"), None, error_on_conflicts=True)  # a re-logged step: fine
+    write_scalars(tmp_path / "differ" / "a", {"train/loss": {1: 3.0}})
+    write_scalars(tmp_path / "differ" / "b", {"train/loss": {1: 1.0}})
+    with pytest.raises(ValueError, match="Conflict detected for metric 'train/loss' at step 1"):
+        merge_tb_logs_to_json(str(tmp_path / "differ"), None, error_on_conflicts=True)

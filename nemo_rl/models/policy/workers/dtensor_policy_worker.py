@@ -18,7 +18,7 @@ from torch import Tensor
 from nemo_rl.distributed.worker_group import init_distributed
 from nemo_rl.models.generation import hf_sampler
 from nemo_rl.models.generation.interfaces import GenerationConfig, GenerationOutput
-from nemo_rl.models.policy.interfaces import PolicyConfig
+from nemo_rl.models.policy.interfaces import PolicyConfig, tokenizer_source
 from nemo_rl.models.policy.workers.base import PolicyWorkerBase, resolve_dtype, token_logprobs
 
 
@@ -44,7 +44,7 @@ class DTensorPolicyWorker(PolicyWorkerBase):
         on_gpu = dist.get_backend() == "nccl"
         self.device = torch.device("cuda", 0) if on_gpu else torch.device("cpu")
         self.dtype = resolve_dtype(config["precision"], on_gpu)
-        self.tokenizer = AutoTokenizer.from_pretrained(config["model_name"])
+        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_source(config))
         torch.manual_seed(0)
 
         def load() -> Any:

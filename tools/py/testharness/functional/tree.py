@@ -102,3 +102,9 @@ def commits_between(root: Path, commit: str, of: str = "HEAD") -> int:
         return int(_git(root, "rev-list", "--count", f"{commit}..{of}").decode().strip() or 0)
     except (TreeError, ValueError):
         return 0
+
+
+def restore(root: Path, commit: str, rel: str) -> None:
+    """`rel` back to its content at `commit`, in the index and the working tree (TreeError if git
+    cannot): a staged copy over it would otherwise be committed anyway."""
+    _git(root, "restore", f"--source={commit}", "--staged", "--worktree", "--", rel)
