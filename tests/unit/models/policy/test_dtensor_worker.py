@@ -1,9 +1,5 @@
 """The DTensor policy worker through Ray: logprobs, training, FSDP2, checkpoints, generation."""
 
-import json
-import shutil
-from pathlib import Path
-
 import pytest
 import torch
 from transformers import AutoTokenizer
@@ -79,20 +75,3 @@ def test_generation_is_seeded(policy: Policy, tokenizer) -> None:
     a, b = policy.generate(prompts, cfg), policy.generate(prompts, cfg)
     assert torch.equal(a["output_ids"], b["output_ids"])
     assert a["output_ids"].shape[1] <= prompts["input_ids"].shape[1] + 6
-
-
-def test_policy_tokenizer_name_is_the_workers_tokenizer(ray_cluster, tiny_llama: str, tmp_path) -> None:
-    # upstream's policy.tokenizer.name: the worker loads that tokenizer, not the model folder's
-    # (a checkpoint's HF export carries the worker's tokenizer)
-    tok = tmp_path / "tokenizer"
-    shutil.copytree(Path(tiny_llama), tok, ignore=shutil.ignore_patterns("*.safetensors", "*config.json"))
-    shutil.copy(Path(tiny_llama) / "tokenizer_config.json", tok)
-    settings = json.loads((tok / "tokenizer_config.json").read_text())
-    settings["model_max_length"] = 321  # what tells this tokenizer from the model's own
-    (tok / "tokenizer_config.json").write_text(json.dumps(settings))
-    p = Policy(policy_config(tiny_llama, tokenizer={"name": str(tok)}), cluster_from_config(1, one_worker_gpus()))
-    try:
-        p.save_checkpoint(str(tmp_path / "ck"))
-    finally:
-        p.shutdown()
-    assert json.loads((tmp_path / "ck" / "hf" / "tokenizer_config.json").read_text())["model_max_length"] == 321
