@@ -345,11 +345,20 @@ def test_b():
 """
 
 
+def _as_from_a_terminal() -> None:
+    """A terminal user's run_unit.sh has SIGINT and SIGHUP at their defaults; a suite started as
+    a background job of a non-interactive shell (nohup, `&`) passes them on ignored, and the
+    supervisor rightly honours that. Reset them, whatever runs this test."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def _when_ready(root: Path, ready: Path, signum: int, *args: str) -> tuple[int, str]:
     """Start run_unit.sh, send `signum` to it once `ready` exists; (exit code, output)."""
     env = {**run_env(root), "READY": str(ready)}
     proc = subprocess.Popen(["bash", str(RUN_UNIT), "-p", "no:randomly", "-p", "no:cacheprovider", *args],
-                            cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+                            cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=_as_from_a_terminal)  # fmt: skip
     deadline = time.monotonic() + DONE_WITHIN_S
     while not ready.exists() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.1)
