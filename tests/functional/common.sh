@@ -237,6 +237,11 @@ _functional_cleanup() {
 
 _functional_body() {
     local start rc
+    # This runs in the pipeline's subshell, where the caught stop signals are back at their
+    # defaults: caught here too, a stop signal ends the body before anything is recorded,
+    # whichever of it and the run's own exit status bash sees first.
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
     echo "[functional] $EXP_NAME: $(date '+%Y-%m-%d %H:%M:%S'), repo $REPO_ROOT, python $(command -v "$PYTHON")"
     echo "[functional] overrides: ${*:-(none)}"
     start=$(date +%s)

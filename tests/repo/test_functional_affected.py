@@ -144,6 +144,14 @@ def test_shards_split_the_selected_scripts_by_their_recorded_durations(toy: Path
     assert bad.returncode == 2 and "--shard" in bad.stderr
 
 
+def _as_from_a_terminal() -> None:
+    """SIGINT and SIGHUP at their defaults, as a terminal user's script has them: a suite run as
+    a background job of a non-interactive shell passes them on ignored (and bash cannot trap a
+    signal ignored at its start)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_an_interrupted_run_records_nothing(toy: Path, sig: signal.Signals) -> None:
     reach = toy / ".toy_reach.json"
@@ -152,7 +160,7 @@ def test_an_interrupted_run_records_nothing(toy: Path, sig: signal.Signals) -> N
     env = {**ENV, "TOY_SLEEP": "60"}
     proc = subprocess.Popen(
         ["bash", "tests/functional/first.sh"], cwd=toy, env=env, start_new_session=True,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=_as_from_a_terminal,
     )  # fmt: skip
     assert proc.stdout is not None
     for line in proc.stdout:  # interrupt once the run has trained (its TensorBoard logs exist)
