@@ -215,7 +215,10 @@ def start_local_ray(
     that ran out of Ray's own start-up waits until `timeout_s` (NRL_RAY_START_TIMEOUT_S,
     default 300) has passed; then raise RayStartError saying what was waited for."""
     timeout = timeout_s if timeout_s is not None else ray_start_timeout_s()
-    kwargs: dict[str, Any] = {"include_dashboard": False, "_node_ip_address": "127.0.0.1", **init_kwargs}
+    # No `_node_ip_address="127.0.0.1"`: another process joining (an xdist worker, RAY_ADDRESS)
+    # turns a loopback address into the machine's own, where Ray 2.46's GCS would not listen
+    # (2.60 listens on every interface and ignores the pin).
+    kwargs: dict[str, Any] = {"include_dashboard": False, **init_kwargs}
     if "RAY_worker_niceness" not in os.environ:
         # Ray renices its workers to 15 so they cannot starve the driver; here the workers are
         # the job (the driver mostly waits on them), and at nice 15 beside any busy process
