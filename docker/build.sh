@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the hermetic test image (docker/Dockerfile). See docs/docker.md.
 #
-#   bash docker/build.sh [--tag T] [--python 3.11|3.13] [--mcore] [--ray V] [--base IMAGE] [--rebuild-base] [--no-cache]
+#   bash docker/build.sh [--tag T] [--python 3.11|3.13] [--mcore] [--ray V] [--xdist V] [--base IMAGE] [--rebuild-base] [--no-cache]
 #
 # The image holds the project's dependencies only (uv.lock, group `test`); the repository
 # itself is mounted at run time by tests/run_*_in_docker.sh.
@@ -9,7 +9,7 @@ set -euo pipefail
 
 usage() {
   cat <<'EOF'
-Usage: bash docker/build.sh [--tag T] [--python 3.11|3.13] [--mcore] [--ray V] [--base IMAGE] [--rebuild-base] [--no-cache]
+Usage: bash docker/build.sh [--tag T] [--python 3.11|3.13] [--mcore] [--ray V] [--xdist V] [--base IMAGE] [--rebuild-base] [--no-cache]
 
   --tag T          image tag (default: nemo-rl-test:latest, nemo-rl-test:mcore with --mcore,
                    nemo-rl-test:py3.13 with --python 3.13, nemo-rl-test:ray2.46.0 with --ray 2.46.0)
@@ -18,6 +18,8 @@ Usage: bash docker/build.sh [--tag T] [--python 3.11|3.13] [--mcore] [--ray V] [
   --mcore          also install the `mcore` extra (megatron-core)
   --ray V          Ray V in place of the locked one (a last layer of its own: the rest is the
                    same image); CI tests the low end of the harness's Ray range with it
+  --xdist V        pytest-xdist V in place of the locked one (in that same last layer); CI tests
+                   the low end of the harness's pytest-xdist range with it
   --base IMAGE     base image (default: $BASE_IMAGE or python:V-slim-<suite>)
   --rebuild-base   rebuild the local Debian base even if it exists (only when the base cannot be pulled)
   --no-cache       do not reuse cached layers
@@ -34,6 +36,7 @@ die() { echo "docker/build.sh: $*" >&2; exit 2; }
 TAG=""
 MCORE=0
 RAY_VERSION=""
+XDIST_VERSION=""
 BASE_IMAGE="${BASE_IMAGE:-}"
 PYTHON_VERSION=3.11
 REBUILD_BASE=0
@@ -45,6 +48,8 @@ while [[ $# -gt 0 ]]; do
     --mcore) MCORE=1; shift ;;
     --ray) [[ $# -ge 2 ]] || die "--ray needs a value"; RAY_VERSION="$2"; shift 2 ;;
     --ray=*) RAY_VERSION="${1#--ray=}"; shift ;;
+    --xdist) [[ $# -ge 2 ]] || die "--xdist needs a value"; XDIST_VERSION="$2"; shift 2 ;;
+    --xdist=*) XDIST_VERSION="${1#--xdist=}"; shift ;;
     --python) [[ $# -ge 2 ]] || die "--python needs a value"; PYTHON_VERSION="$2"; shift 2 ;;
     --python=*) PYTHON_VERSION="${1#--python=}"; shift ;;
     --base) [[ $# -ge 2 ]] || die "--base needs a value"; BASE_IMAGE="$2"; shift 2 ;;
@@ -63,11 +68,14 @@ case "$PYTHON_VERSION" in
 esac
 [[ -z "$RAY_VERSION" || "$RAY_VERSION" =~ ^[0-9]+(\.[0-9]+)*$ ]] \
   || { usage >&2; die "--ray takes a release number such as 2.46.0, got '$RAY_VERSION'"; }
+[[ -z "$XDIST_VERSION" || "$XDIST_VERSION" =~ ^[0-9]+(\.[0-9]+)*$ ]] \
+  || { usage >&2; die "--xdist takes a release number such as 3.6.1, got '$XDIST_VERSION'"; }
 if [[ -z "$TAG" ]]; then  # latest, mcore, py3.13, py3.13-mcore, ray2.46.0, ...
   variant=""
   [[ $PYTHON_VERSION == 3.11 ]] || variant="py$PYTHON_VERSION"
   [[ $MCORE == 0 ]] || variant="${variant:+$variant-}mcore"
   [[ -z "$RAY_VERSION" ]] || variant="${variant:+$variant-}ray$RAY_VERSION"
+  [[ -z "$XDIST_VERSION" ]] || variant="${variant:+$variant-}xdist$XDIST_VERSION"
   TAG="nemo-rl-test:${variant:-latest}"
 fi
 
@@ -222,11 +230,12 @@ args=(--tag "$TAG" --file "$ctx/Dockerfile" --build-arg "BASE_IMAGE=$base" --bui
 [[ -n "$uv_version" ]] && args+=(--build-arg "UV_VERSION=$uv_version")
 [[ $MCORE == 1 ]] && args+=(--build-arg "UV_EXTRAS=--extra mcore")
 [[ -n "$RAY_VERSION" ]] && args+=(--build-arg "RAY_VERSION=$RAY_VERSION")
+[[ -n "$XDIST_VERSION" ]] && args+=(--build-arg "XDIST_VERSION=$XDIST_VERSION")
 for v in HTTP_PROXY HTTPS_PROXY NO_PROXY http_proxy https_proxy no_proxy; do
   [[ -n "${!v:-}" ]] && args+=(--build-arg "$v")   # predefined args: not kept in the image history
 done
 
-echo ">> building $TAG from $base (builder: $builder, uv ${uv_version:-default}${RAY_VERSION:+, Ray $RAY_VERSION})" >&2
+echo ">> building $TAG from $base (builder: $builder, uv ${uv_version:-default}${RAY_VERSION:+, Ray $RAY_VERSION}${XDIST_VERSION:+, pytest-xdist $XDIST_VERSION})" >&2
 case "$builder" in
   buildx) docker buildx build --load "${args[@]}" "$ctx" ;;
   buildkit) DOCKER_BUILDKIT=1 docker build "${args[@]}" "$ctx" ;;

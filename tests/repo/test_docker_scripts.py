@@ -582,7 +582,11 @@ def test_build_for_python_3_13_uses_debian_13(
 
 @pytest.mark.parametrize(
     ("flags", "tag"),
-    [(["--ray", "2.46.0"], "nemo-rl-test:ray2.46.0"), (["--ray=2.46.0", "--tag", "t:low"], "t:low")],
+    [
+        (["--ray", "2.46.0"], "nemo-rl-test:ray2.46.0"),
+        (["--ray=2.46.0", "--tag", "t:low"], "t:low"),
+        (["--ray", "2.46.0", "--xdist", "3.6.1"], "nemo-rl-test:ray2.46.0-xdist3.6.1"),
+    ],
 )
 def test_build_with_a_given_ray_passes_it_to_the_last_layer(
     fake_repo: Path, build_env: tuple[Fakes, dict[str, str], Path], flags: list[str], tag: str
@@ -594,15 +598,19 @@ def test_build_with_a_given_ray_passes_it_to_the_last_layer(
     assert res.returncode == 0, res.stderr
     argv = _build_call(f)["argv"]
     assert _pairs(argv, "--tag") == [tag] and "RAY_VERSION=2.46.0" in _pairs(argv, "--build-arg")
+    assert ("XDIST_VERSION=3.6.1" in _pairs(argv, "--build-arg")) == ("--xdist" in flags)
     assert _run(fake_repo, "docker/build.sh", [], env).returncode == 0  # without it: no such argument
     last_build = [c["argv"] for c in f.calls() if "--tag" in c["argv"]][-1]
     assert not [a for a in _pairs(last_build, "--build-arg") if a.startswith("RAY_VERSION")]
     bad = _run(fake_repo, "docker/build.sh", ["--ray", "latest"], env)
     assert bad.returncode == 2 and "--ray takes a release number such as 2.46.0, got 'latest'" in bad.stderr
+    bad = _run(fake_repo, "docker/build.sh", ["--xdist", "3.x"], env)
+    assert bad.returncode == 2 and "--xdist takes a release number such as 3.6.1, got '3.x'" in bad.stderr
     dockerfile = (REPO / "docker" / "Dockerfile").read_text()
     # declared after every other layer: the image is the same as without it, plus that layer
     assert dockerfile.index("ARG RAY_VERSION") > dockerfile.rindex("uv sync")
     assert dockerfile.index("ARG RAY_VERSION") > dockerfile.rindex("_nrl_workspace.pth")
+    assert dockerfile.index("ARG XDIST_VERSION") > dockerfile.index("ARG RAY_VERSION")
 
 
 def test_build_refuses_a_python_without_a_debian_release(

@@ -1,7 +1,9 @@
 """What the harness's pytest plugins share, written down once.
 
-Each feature is a plugin module of its own (testharness.plugin lists them); they meet only
-through what this module declares:
+Each feature is a plugin module of its own (testharness.plugin lists them); no plugin module
+imports another (tools/py/tests/test_plugin_imports.py). They meet only through what this
+module declares, the harness's own hooks (hookspecs.py: what one plugin asks of another,
+through `config.hook`) and the cores (modules with no hooks):
 
 - **Settings**: `[tool.testharness]` is read once per pytest config (`settings_of`, kept in the
   config's stash): the first plugin that asks reads it (selection, in
@@ -17,8 +19,8 @@ through what this module declares:
   `EXTRAS` through `put_extra` / `get_extra`.
 - **History**: `-n`'s file order and `--shard` plan with the runs recorded in
   `history_dir_of(config)` (`--history-dir`, else where `--unit-results-dir` sends results).
-- **Signals**: `parallel` re-asserts the harness's signal handlers after xdist set its own,
-  through `interrupts.reassert_signal_handlers()`.
+- **Signals**: `-n`'s controller has the harness's signal handlers put back after Ray's start
+  replaced them (the hook `pytest_testharness_reassert_signal_handlers`).
 
 Who sets and reads each extra, and the order the plugins' hooks run in (and why): the tables
 of docs/harness-map.md, which a change to a `tryfirst`/`trylast`/`wrapper` updates.

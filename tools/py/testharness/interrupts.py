@@ -215,9 +215,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def reassert_signal_handlers() -> None:
     """Put the harness's stop-signal handlers back if another handler replaced them (xdist's
-    controller installs its own as it starts the workers): testharness.parallel calls it."""
+    controller installs its own as it starts the workers, ray.init its SIGTERM handler)."""
     if _GUARD is not None:
         _GUARD.assert_installed()
+
+
+def pytest_testharness_reassert_signal_handlers(config: pytest.Config) -> None:
+    reassert_signal_handlers()  # testharness.parallel, after the Ray cluster's start
 
 
 @pytest.hookimpl(wrapper=True)

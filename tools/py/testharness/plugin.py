@@ -9,15 +9,24 @@ groups of `[tool.testharness]` and `run_first`/`num_gpus`), so a project run wit
 `--strict-markers` declares none of them.
 """
 
+import pytest
+
+from testharness import hookspecs
+
 pytest_plugins = [
     "testharness.interrupts",
     "testharness.selection",
     "testharness.tracker",  # with testharness.recorder
     "testharness.sharding",
-    "testharness.parallel",  # its plan asks remote_select for its selection (either order)
+    "testharness.parallel",  # the controller's and the workers' (its package lists both)
     "testharness.remote_select.plugin",
     "testharness.testmon_data",
     "testharness.hygiene.plugin",
     "testharness.supervised",
     "testharness.bytecode",
 ]
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    """The hooks the feature plugins ask of each other (hookspecs.py)."""
+    pluginmanager.add_hookspecs(hookspecs)

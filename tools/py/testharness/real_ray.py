@@ -162,6 +162,16 @@ def stop_cluster(ray: ModuleType) -> None:
     ray.shutdown()
 
 
+def reread_settings() -> None:
+    """Have an imported Ray read its RAY_* settings again (Ray's own `Config.initialize("")`,
+    what it does after setting RAY_AUTH_MODE in the process that starts a cluster): a process
+    that imported Ray before the variables were set. Nothing where Ray is not imported or
+    differs."""
+    settings = getattr(sys.modules.get("ray._raylet"), "Config", None)  # private
+    if settings is not None:
+        settings.initialize("")
+
+
 def cluster_gpus(ray: ModuleType) -> int:
     """GPUs of the cluster this process is connected to (the total of its resources)."""
     return int(ray.cluster_resources().get("GPU", 0))

@@ -117,6 +117,10 @@ def file_left_out(config: pytest.Config, path: Path) -> bool:
     return any(g.name in marks and g.name not in active for g in groups)
 
 
+def pytest_testharness_file_left_out(config: pytest.Config, path: Path) -> bool:
+    return file_left_out(config, path)  # the -n planner's count of files
+
+
 def run_first_order(items: list[pytest.Item]) -> list[pytest.Item]:
     """run_first tests first; otherwise the order is kept (a stable sort)."""
     return sorted(items, key=lambda it: it.get_closest_marker("run_first") is None)

@@ -79,6 +79,10 @@ def set_deadline(seconds: float | None) -> None:
     _update_breadcrumb(deadline=None if seconds is None else time.time() + seconds)
 
 
+def pytest_testharness_test_deadline(config: pytest.Config, seconds: float | None) -> None:
+    set_deadline(seconds)  # hygiene's watchdog was (re)armed
+
+
 def _update_breadcrumb(**changes: Any) -> None:
     global _CURRENT
     if _CURRENT is None or _CURRENT[1].pid != os.getpid():

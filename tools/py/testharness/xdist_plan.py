@@ -41,3 +41,8 @@ def files_to_run(
 def workers_for(requested: int, files: int) -> int:
     """Workers to start: no more than the files to run (loadfile hands out whole files)."""
     return max(0, min(requested, files))
+
+
+def gave_dist(args: Iterable[str]) -> bool:
+    """Whether the command line (with PYTEST_ADDOPTS) chose a --dist mode."""
+    return any(a == "-d" or a.startswith("--dist") for a in args)

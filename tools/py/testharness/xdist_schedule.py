@@ -1,4 +1,4 @@
-"""The controller's `--dist loadfile` scheduler under `-n` (parallel.py installs it whenever it
+"""The controller's `--dist loadfile` scheduler under `-n` (parallel/controller.py installs it whenever it
 distributes with loadfile): xdist's LoadFileScheduling, made safe for tests that kill their
 worker, and, with recorded durations, handing out each worker's next file itself (`next_file`).
 
@@ -139,7 +139,7 @@ def _classes() -> tuple[type, type]:
 
 def make_scheduler(config: Any, log: Any, durations: dict[str, float] | None, shared_dir: Path) -> Any:
     """The loadfile scheduler of this run: longest first with recorded `durations`, else in
-    xdist's order (the workers sort the files; see parallel.py)."""
+    xdist's order (the workers sort the files: parallel/worker.py)."""
     crash_safe, longest_first = _classes()
     if durations:
         return longest_first(config, log, durations, shared_dir)

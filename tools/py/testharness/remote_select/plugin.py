@@ -154,10 +154,11 @@ _SESSION = pytest.StashKey["RemoteSelectSession | None"]()
 
 def started(config: pytest.Config) -> RemoteSelectSession | None:
     """Remote-aware selection, planned: testmon's lists of files and tests to skip are edited.
-    Once per config, for whoever asks first: this module's configure, or parallel's, which
-    plans its workers from the selection. Both are trylast, and pluggy calls trylast hooks in
-    the order their plugins were registered (the reverse of other hooks), which `-p` changes:
-    asking, not the order, makes the selection known to the plan. None: not selecting."""
+    Once per config, for whoever asks first: this module's configure, or the -n planner
+    (pytest_testharness_plan_selection), which plans the workers from the selection. Both are
+    trylast, and pluggy calls trylast hooks in the order their plugins were registered, which
+    `-p` changes: asking, not the order, makes the selection known to the plan. None: not
+    selecting."""
     if _SESSION not in config.stash:
         config.stash[_SESSION] = _start(config)
     return config.stash[_SESSION]
@@ -190,4 +191,8 @@ def pytest_configure(config: pytest.Config) -> None:
     started(config)
 
 
-__all__ = ["OK_OUTCOMES", "pytest_configure"]
+def pytest_testharness_plan_selection(config: pytest.Config) -> None:
+    started(config)  # the -n planner reads testmon's selection: the files reach keeps are in it
+
+
+__all__ = ["OK_OUTCOMES", "pytest_configure", "pytest_testharness_plan_selection"]
