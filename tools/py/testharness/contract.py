@@ -1,7 +1,7 @@
 """What the harness's pytest plugins share, written down once.
 
 Each feature is a plugin module of its own (testharness.plugin lists them); no plugin module
-imports another (tools/py/tests/test_plugin_imports.py). They meet only through what this
+imports another (tools/py/tests/test_house_rules.py). They meet only through what this
 module declares, the harness's own hooks (hookspecs.py: what one plugin asks of another,
 through `config.hook`) and the cores (modules with no hooks):
 

@@ -1,6 +1,9 @@
-"""The harness's plugins meet through the contract, the harness's own hooks (hookspecs.py) and
-the cores, never by importing each other: walked over the import statements of every module a
-real session registers as a plugin (a module, or the module of a per-config plugin object)."""
+"""Rules of the house, checked on the harness's code (docs/harness-map.md):
+
+- the plugins meet through the contract, the harness's own hooks (hookspecs.py) and the cores,
+  never by importing each other: walked over the import statements of every module a real
+  session registers as a plugin (a module, or the module of a per-config plugin object);
+- no module is longer than MAX_LINES: one role each, readable in one sitting."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from types import ModuleType
 import pytest
 
 PACKAGE = "testharness"
+MAX_LINES = 400
 
 
 def _plugin_modules(config: pytest.Config) -> set[str]:
@@ -76,3 +80,13 @@ def test_the_walk_sees_both_import_forms() -> None:
     assert {"testharness.remote_select.engine", "testharness.contract"} <= imported_modules(
         "testharness.remote_select.plugin"
     )
+
+
+def test_no_harness_module_is_over_the_limit() -> None:
+    package = Path(importlib.util.find_spec(PACKAGE).origin or "").parent  # type: ignore[union-attr]
+    lengths = {
+        str(path.relative_to(package)): len(path.read_text(encoding="utf-8").splitlines())
+        for path in package.rglob("*.py")
+    }
+    assert len(lengths) > 50  # the whole package was walked
+    assert {name: n for name, n in lengths.items() if n > MAX_LINES} == {}
