@@ -53,7 +53,7 @@ def is_ray(module: object) -> TypeGuard[ModuleType]:
         if not core_file or os.path.dirname(core_file) != os.path.dirname(spec.origin):
             return False
         return all(callable(getattr(module, name, None)) for name in _USED)
-    except Exception:  # an object whose attributes raise is no Ray either
+    except Exception:  # noqa: BLE001  an object whose attributes raise is no Ray either
         return False
 
 
@@ -85,7 +85,7 @@ def load() -> tuple[ModuleType | None, str]:
         return None, f"sys.modules['ray'] is not Ray but a stand-in ({type(module).__name__})"
     try:
         module = importlib.import_module("ray")
-    except Exception as exc:  # not installed, or an install that fails to import
+    except Exception as exc:  # noqa: BLE001  not installed, or an install that fails to import
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         return None, f"Ray cannot be imported: {first}"
     if not is_ray(module):

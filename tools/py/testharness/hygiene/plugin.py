@@ -405,7 +405,7 @@ class _Watchdog:
             left += hang.end_task_retries(diagnosis.task_workers)
             if left:
                 print(f"[testharness] the hung processes {left} outlived a SIGKILL", file=sys.__stderr__, flush=True)
-        except Exception as exc:  # the watchdog must never take the run down
+        except Exception as exc:  # noqa: BLE001  the watchdog must never take the run down
             print(f"[testharness] hang diagnosis failed: {exc!r}", file=sys.__stderr__, flush=True)
         finally:
             self.done.set()
