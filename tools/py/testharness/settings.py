@@ -349,13 +349,8 @@ def load_settings(root: Path) -> Settings:
     )
 
 
-def is_configured(root: Path) -> bool:
-    """Whether `root/pyproject.toml` has a [tool.testharness] table (a cheap look, for plugins
-    that need nothing else; False when the file cannot be read: load_settings reports that)."""
-    return _has_table(root / "pyproject.toml")
-
-
 def _has_table(pyproject: Path) -> bool:
+    """A cheap look for the table; False when the file cannot be read (load_settings reports that)."""
     try:
         tool = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("tool", {})
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
