@@ -16,7 +16,8 @@ from testharness.history import (
     recorded_durations,
     resolve_history_dir,
 )
-from testharness.settings import SettingsError, find_project_root, load_settings
+from testharness.project_root import find_project_root
+from testharness.settings import SettingsError, load_settings
 
 SHA_A = "a" * 40
 SHA_B = "b" * 40

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from testharness.settings import MarkerGroup, SettingsError, find_project_root, load_settings
+from testharness.project_root import find_project_root
+from testharness.settings import MarkerGroup, SettingsError, load_settings
 
 REPO = Path(__file__).resolve().parents[3]
 
