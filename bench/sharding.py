@@ -34,7 +34,7 @@ from testharness.history import (  # noqa: E402  (after the sys.path fallback ab
     recorded_durations,
     resolve_history_dir,
 )
-from testharness.settings import find_project_root  # noqa: E402
+from testharness.project_root import find_project_root  # noqa: E402
 from testharness.shard_plan import plan_shards  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

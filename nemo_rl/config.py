@@ -44,7 +44,7 @@ def _kind(value: Any) -> str:
 def _parse_value(key: str, raw: str) -> Any:
     try:
         parsed = OmegaConf.to_container(OmegaConf.from_dotlist([f"v={raw}"]), resolve=False)
-    except Exception as e:  # YAML and OmegaConf errors come in many types
+    except Exception as e:  # noqa: BLE001  YAML and OmegaConf errors come in many types
         raise ConfigError(f"bad value for '{key}': {raw!r} ({e.__class__.__name__})") from None
     assert isinstance(parsed, dict)
     return parsed["v"]
@@ -79,7 +79,7 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> dict[str, An
         raise ConfigError(f"config file not found: {path}")
     try:
         cfg = OmegaConf.load(path)
-    except Exception as e:  # yaml errors come in several types
+    except Exception as e:  # noqa: BLE001  YAML errors come in several types
         raise ConfigError(f"cannot parse {path}: {e}") from None
     if not isinstance(cfg, DictConfig):
         raise ConfigError(f"{path} must hold a mapping at the top level")

@@ -197,7 +197,7 @@ class _Finder(importlib.abc.MetaPathFinder):
                     _exec(module)
                 try:
                     _after_exec(module)
-                except Exception:  # a changed library: time less, never break the run
+                except Exception:  # noqa: BLE001  a changed library: time less, never break the run
                     pass
 
             try:

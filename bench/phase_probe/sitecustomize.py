@@ -117,7 +117,7 @@ class _Finder(importlib.abc.MetaPathFinder):
                     _exec(module)
                     try:
                         _after_import(module)
-                    except Exception:  # a changed library: time less, never break the run
+                    except Exception:  # noqa: BLE001  a changed library: time less, never break the run
                         pass
 
                 spec.loader.exec_module = exec_and_patch  # type: ignore[method-assign]

@@ -13,9 +13,11 @@ def local_gpu_stats() -> list[dict[str, Any]]:
     """One dict per local GPU (index, name, memory_used_mib, utilization_pct); [] without NVML."""
     try:
         import pynvml
-
+    except ImportError:  # no NVML library on this node
+        return []
+    try:
         pynvml.nvmlInit()
-    except Exception:  # no NVIDIA driver on this node
+    except pynvml.NVMLError:  # no NVIDIA driver on this node
         return []
     try:
         stats = []

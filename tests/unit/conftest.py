@@ -117,7 +117,7 @@ def _join_early(config: pytest.Config, count: int) -> None:
     logging.getLogger("ray._private.worker").addFilter(lambda record: "main thread" not in record.getMessage())
     try:
         init_ray(warm_workers=count, logging_level=logging.WARNING)
-    except Exception as exc:  # the ray_cluster fixture tries again and fails the tests that need it
+    except Exception as exc:  # noqa: BLE001  the ray_cluster fixture tries again and fails the tests that need it
         print(f"warm Ray workers: could not join the run's cluster: {exc}", file=sys.stderr)
         return
     _joined_early = True

@@ -58,10 +58,13 @@ def settings_of(config: pytest.Config) -> Settings:
 
 
 def history_dir_of(config: pytest.Config) -> Path:
-    """The results history this run plans with (history.resolve_history_dir of its options);
-    SettingsError when the settings it falls back to are malformed."""
+    """The results history this run plans with (history.resolve_history_dir of its options),
+    from the settings read once (`settings_of`: a malformed table is its UsageError)."""
     return resolve_history_dir(
-        config.getoption("history_dir", None), config.rootpath, results_dir=config.getoption("unit_results_dir", None)
+        config.getoption("history_dir", None),
+        config.rootpath,
+        results_dir=config.getoption("unit_results_dir", None),
+        settings=settings_of(config),
     )
 
 

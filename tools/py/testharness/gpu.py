@@ -36,7 +36,7 @@ def local_gpus() -> tuple[list[float], list[str]]:
         return [], []
     try:
         pynvml.nvmlInit()
-    except Exception:  # NVMLError_LibraryNotFound / DriverNotLoaded: a machine with no GPU
+    except pynvml.NVMLError:  # LibraryNotFound / DriverNotLoaded: a machine with no GPU
         return [], []
     used: list[float] = []
     names: list[str] = []
@@ -160,18 +160,21 @@ def _node_task() -> Any:
         names: list[str] = []
         try:
             import pynvml  # type: ignore[import-untyped,unused-ignore]
-
-            pynvml.nvmlInit()
+        except ImportError:  # no NVML library on this node: no GPU to read
+            pynvml = None
+        if pynvml is not None:
             try:
-                for i in range(pynvml.nvmlDeviceGetCount()):
-                    h = pynvml.nvmlDeviceGetHandleByIndex(i)
-                    used.append(pynvml.nvmlDeviceGetMemoryInfo(h).used / (1024 * 1024))
-                    nm = pynvml.nvmlDeviceGetName(h)
-                    names.append(nm.decode() if isinstance(nm, bytes) else str(nm))
-            finally:
-                pynvml.nvmlShutdown()
-        except Exception:  # no driver on this node
-            used, names = [], []
+                pynvml.nvmlInit()
+                try:
+                    for i in range(pynvml.nvmlDeviceGetCount()):
+                        h = pynvml.nvmlDeviceGetHandleByIndex(i)
+                        used.append(pynvml.nvmlDeviceGetMemoryInfo(h).used / (1024 * 1024))
+                        nm = pynvml.nvmlDeviceGetName(h)
+                        names.append(nm.decode() if isinstance(nm, bytes) else str(nm))
+                finally:
+                    pynvml.nvmlShutdown()
+            except pynvml.NVMLError:  # no driver on this node, or a GPU that stops answering
+                used, names = [], []
         peak = 0.0
         if not used:
             try:

@@ -85,9 +85,11 @@ def reader() -> Any:
 
         try:
             import pynvml  # type: ignore[import-untyped,unused-ignore]
-
+        except ImportError:  # no NVML library on this node: no GPU to read
+            return rss_reading()
+        try:
             pynvml.nvmlInit()
-        except Exception:  # no library or no driver on this node: no GPU to read
+        except pynvml.NVMLError:  # no driver on this node: no GPU to read
             return rss_reading()
 
         used: list[float] = []

@@ -20,7 +20,7 @@ def model_in_cache(repo_id: str) -> bool:
         return False
     try:
         found = try_to_load_from_cache(repo_id, "config.json")
-    except Exception:  # a malformed repo id or unreadable cache: treat as absent
+    except (ValueError, OSError):  # a malformed repo id (HFValidationError) or an unreadable cache: absent
         return False
     return isinstance(found, str)
 

@@ -3,9 +3,10 @@
 Pure: no pytest, no Ray. Both the shard planner and the report command read history
 through here, and every file through `results.read_results_file`, so a malformed or
 half-written file is skipped the same way everywhere: with a one-line warning, never a
-traceback, never losing the other runs. Where the history lives comes from
-`settings.load_settings` (a bad `results_dir` is its one-line SettingsError, not a
-silent fallback).
+traceback, never losing the other runs. Where the history lives comes from the settings:
+a pytest run passes the ones it read once (`contract.settings_of`); a command line tool
+lets `settings.load_settings` read them (a bad `results_dir` is its one-line SettingsError,
+not a silent fallback).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from testharness.results import DATED_DIR, START_TIME_FORMAT, ResultsFileError, Run, read_results_file
-from testharness.settings import load_settings
+from testharness.settings import Settings, load_settings
 
 #: Environment variable that overrides where the history files are read from.
 HISTORY_ENV = "TESTHARNESS_HISTORY_DIR"
@@ -45,11 +46,14 @@ def resolve_history_dir(
     project_root: Path,
     environ: Mapping[str, str] | None = None,
     results_dir: str | os.PathLike[str] | None = None,
+    *,
+    settings: Settings | None = None,
 ) -> Path:
     """Where history lives: --history-dir, else $TESTHARNESS_HISTORY_DIR, else where the runs'
     results are sent when sent elsewhere (`results_dir`: --unit-results-dir, else
     $TESTHARNESS_RESULTS_DIR), else the config's results_dir. A run that writes its record
-    somewhere plans (`-n`'s file order, shards) with the records written there before it."""
+    somewhere plans (`-n`'s file order, shards) with the records written there before it.
+    `settings`: the project's, where the caller has read them already (else read here)."""
     env = os.environ if environ is None else environ
     if explicit:
         return Path(explicit)
@@ -58,7 +62,8 @@ def resolve_history_dir(
     sent = sent_results_dir(results_dir, env)
     if sent is not None:
         return sent / HISTORY_SUBDIR
-    return configured_results_dir(project_root) / HISTORY_SUBDIR
+    configured = settings.results_dir if settings is not None else configured_results_dir(project_root)
+    return configured / HISTORY_SUBDIR
 
 
 def sent_results_dir(option: str | os.PathLike[str] | None, environ: Mapping[str, str] | None = None) -> Path | None:

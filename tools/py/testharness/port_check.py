@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Literal
 
 from testharness.functional import tree
-from testharness.settings import SettingsError, find_project_root, is_within, load_settings
+from testharness.project_root import find_project_root
+from testharness.settings import SettingsError, is_within, load_settings
 
 Kind = Literal["new", "identical", "collides", "replaced"]
 PROBLEMS: frozenset[Kind] = frozenset({"collides", "replaced"})

@@ -53,7 +53,7 @@ def is_ray(module: object) -> TypeGuard[ModuleType]:
         if not core_file or os.path.dirname(core_file) != os.path.dirname(spec.origin):
             return False
         return all(callable(getattr(module, name, None)) for name in _USED)
-    except Exception:  # an object whose attributes raise is no Ray either
+    except Exception:  # noqa: BLE001  an object whose attributes raise is no Ray either
         return False
 
 
@@ -85,7 +85,7 @@ def load() -> tuple[ModuleType | None, str]:
         return None, f"sys.modules['ray'] is not Ray but a stand-in ({type(module).__name__})"
     try:
         module = importlib.import_module("ray")
-    except Exception as exc:  # not installed, or an install that fails to import
+    except Exception as exc:  # noqa: BLE001  not installed, or an install that fails to import
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         return None, f"Ray cannot be imported: {first}"
     if not is_ray(module):
@@ -345,3 +345,63 @@ def task_function_manager() -> type | None:
         return None
     manager = getattr(function_manager, "FunctionActorManager", None)
     return manager if isinstance(manager, type) else None
+
+
+# --- Ray's private API: where the remote selector sees work leave a process ------------------
+
+
+def work_senders(ray: ModuleType) -> tuple[tuple[type, str], ...]:
+    """Where Ray's public API hands work to other workers, as (class, method name) pairs to
+    wrap, in this order: an actor created (`ActorClass._remote`), an actor's method called
+    (`ActorHandle._actor_method_call`), a task submitted (`RemoteFunction._remote`). Remote
+    selection wraps them in the driver (reach.py) and in each traced worker (worker_trace.py:
+    plain tuples of Ray's classes, pickled by reference). Where this Ray differs, wrapping
+    one fails with AttributeError."""
+    import ray.actor
+    import ray.remote_function
+
+    return (
+        (ray.actor.ActorClass, "_remote"),
+        (ray.actor.ActorHandle, "_actor_method_call"),
+        (ray.remote_function.RemoteFunction, "_remote"),
+    )
+
+
+def actor_id_of(handle: Any) -> str | None:
+    """The id (hex) of the actor behind `handle`; None for what is not an actor handle."""
+    actor_id = getattr(handle, "_ray_actor_id", None)
+    return actor_id.hex() if actor_id is not None else None
+
+
+def actor_module_of(handle: Any) -> str | None:
+    """The module of the class behind `handle`'s actor, as its creation descriptor names it."""
+    return getattr(getattr(handle, "_ray_actor_creation_function_descriptor", None), "module_name", None)
+
+
+def actor_user_class(actor_class: Any) -> type | None:
+    """The class `@ray.remote` made `actor_class` from (None where this Ray differs)."""
+    cls = getattr(getattr(actor_class, "__ray_metadata__", None), "modified_class", None)
+    return cls if isinstance(cls, type) else None
+
+
+def runs_calls_in_order(actor_class: Any, options: dict[str, Any]) -> bool:
+    """Whether an actor of `actor_class`, created with `options`, is a sync actor with one
+    thread: its tasks run one by one, in the order the driver sent them, on its main thread.
+    Threaded and async actors do not; False where this Ray differs."""
+    import inspect
+
+    cls = actor_user_class(actor_class)
+    if cls is None or getattr(actor_class.__ray_metadata__, "concurrency_groups", None):
+        return False
+    if options.get("max_concurrency") not in (None, 1) or options.get("concurrency_groups"):
+        return False
+    return not any(
+        inspect.iscoroutinefunction(m) or inspect.isasyncgenfunction(m)
+        for _, m in inspect.getmembers(cls, predicate=inspect.isfunction)
+    )
+
+
+def task_function_of(remote_function: Any) -> Any:
+    """The function a `RemoteFunction` (what `@ray.remote` makes of a function) runs; None
+    where this Ray differs."""
+    return getattr(remote_function, "_function", None)

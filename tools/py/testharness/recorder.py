@@ -229,7 +229,7 @@ def _write(session: pytest.Session, st: RecordState) -> None:
         _finish_attempt(st, nodeid)
     try:
         _write_results(session, st)
-    except Exception as exc:  # ResultsWriteError is one line already; anything else: its type too
+    except Exception as exc:  # noqa: BLE001  ResultsWriteError is one line already; anything else: its type too
         reason = str(exc) if isinstance(exc, results.ResultsWriteError) else f"{type(exc).__name__}: {exc}"
         _fail_write(session, st, reason)
     run_summary.write(session, st)
@@ -279,7 +279,7 @@ def _guarded(step: Callable[[pytest.Session, RecordState], None], session: pytes
     never a traceback that pytest would turn into an internal error of its own."""
     try:
         step(session, st)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001  a failed write is one line and exit 3, never an internal error
         _fail_write(session, st, f"{type(exc).__name__}: {exc}")
         run_summary.write(session, st)
 

@@ -26,7 +26,7 @@ def import_error(modules: Sequence[str]) -> str | None:
             importlib.import_module(name)
         except ImportError as exc:
             return str(exc) or type(exc).__name__
-        except Exception as exc:  # a broken install fails in other ways too
+        except Exception as exc:  # noqa: BLE001  a broken install fails in other ways too
             return f"{type(exc).__name__}: {exc}"
     return None
 

@@ -36,9 +36,10 @@ from typing import Any
 
 from testharness.atomic_io import replacing
 from testharness.functional import tree
+from testharness.project_root import find_project_root
 from testharness.remote_select.scan import digest_bytes
 from testharness.remote_select.store import parse_cache_file
-from testharness.settings import Settings, SettingsError, find_project_root, load_settings
+from testharness.settings import Settings, SettingsError, load_settings
 from testharness.state_files import SQLITE_SIDE_FILES
 
 FORMAT = "testharness.selection_state"

@@ -93,13 +93,6 @@ class ShardPlan:
     def slowest_seconds(self) -> float:
         return max((shard.expected_seconds for shard in self.shards), default=0.0)
 
-    def shard_of(self, nodeid: str) -> int:
-        """1-based index of the shard that runs `nodeid` (KeyError if it was not planned)."""
-        for shard in self.shards:
-            if nodeid in shard.tests:
-                return shard.index
-        raise KeyError(nodeid)
-
 
 def default_duration(tests: Sequence[str], durations: Mapping[str, float]) -> float:
     """What a test with no history is expected to take.

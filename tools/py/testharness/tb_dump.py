@@ -23,7 +23,6 @@ event file at all is an error either way.
 
 from __future__ import annotations
 
-import math
 import os
 import struct
 from collections.abc import Iterable
@@ -333,10 +332,6 @@ def _read_event_file(path: str | Path) -> tuple[dict[str, dict[int, float]], set
         if not series:
             del out[tag]
     return out, every_tag
-
-
-def _same(a: float, b: float) -> bool:
-    return a == b or (math.isnan(a) and math.isnan(b))
 
 
 def merge(files: Iterable[Path], base: Path | None = None) -> DumpResult:

@@ -1,11 +1,13 @@
 """The plugins' shared contract (testharness.contract): [tool.testharness] read once per pytest
-config, report extras only by their declared names."""
+config (serially, and in each process of a `-n` run), report extras only by their declared names."""
 
 from __future__ import annotations
 
+import collections
 from pathlib import Path
 
 import pytest
+from xdist_project import Head, env_for, make_project, run_pytest
 
 from testharness import contract, settings
 
@@ -43,6 +45,42 @@ def test_the_table_is_read_once_per_session(pytester: pytest.Pytester, monkeypat
     assert len(reads) == 1
     pytester.inline_run("-p", "testharness.plugin").assertoutcome(passed=1)
     assert len(reads) == 2
+
+
+# Loaded first by every process of the run (the project's root is on PYTHONPATH): each read of
+# the project's pyproject.toml is a line "<pid> <xdist role>" in $READS_LOG.
+COUNTING_SITECUSTOMIZE = """
+import os
+from pathlib import Path
+
+from testharness import settings
+
+_original = settings._read_pyproject
+
+
+def _counting(pyproject):
+    if pyproject.parent == Path(os.environ["TESTHARNESS_ROOT"]):
+        with open(os.environ["READS_LOG"], "a") as log:
+            log.write(f"{os.getpid()} {os.environ.get('PYTEST_XDIST_WORKER', 'controller')}\\n")
+    return _original(pyproject)
+
+
+settings._read_pyproject = _counting
+"""
+
+
+def test_each_process_of_an_xdist_run_reads_the_table_once(tmp_path: Path, shared_head: Head) -> None:
+    # The controller plans -n's file order with the history, whose place falls back to the
+    # settings' results_dir: from the settings already read, not from a second read.
+    files = {f"tests/test_{n}.py": f"def test_{n}():\n    pass\n" for n in "ab"}
+    root = make_project(tmp_path, {**files, "sitecustomize.py": COUNTING_SITECUSTOMIZE})
+    log = tmp_path / "reads.log"
+    proc = run_pytest(root, "-n", "2", "-p", "no:randomly", env=env_for(root, shared_head, READS_LOG=str(log)))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 xdist workers share the Ray cluster" in proc.stdout
+    reads = [line.split() for line in log.read_text().splitlines()]
+    assert collections.Counter(role for _, role in reads) == {"controller": 1, "gw0": 1, "gw1": 1}, reads
+    assert len({pid for pid, _ in reads}) == 3, reads
 
 
 def test_a_malformed_table_is_one_usage_error_line(pytester: pytest.Pytester) -> None:

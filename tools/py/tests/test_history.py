@@ -16,7 +16,8 @@ from testharness.history import (
     recorded_durations,
     resolve_history_dir,
 )
-from testharness.settings import SettingsError, find_project_root
+from testharness.project_root import find_project_root
+from testharness.settings import SettingsError, load_settings
 
 SHA_A = "a" * 40
 SHA_B = "b" * 40
@@ -110,6 +111,14 @@ def test_history_dir_precedence(tmp_path: Path) -> None:
     assert resolve_history_dir(None, tmp_path, environ=sent) == Path("/env/res/unit_results")
     assert resolve_history_dir(None, tmp_path, environ=sent, results_dir="/cli/res") == Path("/cli/res/unit_results")
     assert resolve_history_dir(None, tmp_path, environ={**sent, HISTORY_ENV: "/env/h"}) == Path("/env/h")
+
+
+def test_history_dir_falls_back_to_settings_given_without_reading_them_again(tmp_path: Path) -> None:
+    # A pytest run hands over the settings it read once; the file is not read (here: not valid).
+    (tmp_path / "pyproject.toml").write_text('[tool.testharness]\nresults_dir = "out/res"\n')
+    read_once = load_settings(tmp_path)
+    (tmp_path / "pyproject.toml").write_text("this is [not toml")
+    assert resolve_history_dir(None, tmp_path, environ={}, settings=read_once) == tmp_path / "out/res/unit_results"
 
 
 @pytest.mark.parametrize(

@@ -199,3 +199,37 @@ assert codes["monitor"] == [-9], codes  # killed first, not given Ray's second o
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+
+
+def test_what_the_remote_selector_reads_of_actors_and_tasks(ray_cluster: Any) -> None:
+    # What remote selection wraps and reads (reach.py, worker_trace.py), asked of this Ray.
+    # The classes and the function are local: cloudpickle ships them by value.
+    ray = ray_cluster
+
+    class InOrder:
+        def actor_id(self) -> str:
+            return str(ray.get_runtime_context().get_actor_id())
+
+    class Async:
+        async def ping(self) -> int:
+            return 1
+
+    def double(x: int) -> int:
+        return 2 * x
+
+    senders = real_ray.work_senders(ray)
+    assert len(senders) == 3 and all(callable(getattr(owner, name)) for owner, name in senders)
+    in_order = ray.remote(num_cpus=0)(InOrder)
+    cls = real_ray.actor_user_class(in_order)
+    assert cls is not None and issubclass(cls, InOrder) and cls.__module__ == __name__
+    assert real_ray.runs_calls_in_order(in_order, {})
+    assert not real_ray.runs_calls_in_order(in_order, {"max_concurrency": 4})
+    assert not real_ray.runs_calls_in_order(ray.remote(num_cpus=0)(Async), {})
+    handle = in_order.remote()
+    try:
+        assert real_ray.actor_id_of(handle) == ray.get(handle.actor_id.remote(), timeout=120)
+        assert real_ray.actor_module_of(handle) == __name__
+    finally:
+        ray.kill(handle)
+    assert real_ray.actor_id_of(object()) is None and real_ray.actor_user_class(InOrder) is None
+    assert real_ray.task_function_of(ray.remote(num_cpus=0)(double)) is double

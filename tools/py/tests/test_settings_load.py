@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from testharness.settings import MarkerGroup, SettingsError, is_configured, load_settings
+from testharness.project_root import find_project_root
+from testharness.settings import MarkerGroup, SettingsError, load_settings
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -37,14 +38,19 @@ def test_configured_is_whether_the_project_has_the_table(
     if pyproject is not None:
         (tmp_path / "pyproject.toml").write_text(pyproject)
     assert load_settings(tmp_path).configured is configured
-    assert is_configured(tmp_path) is configured
 
 
-def test_is_configured_never_raises(tmp_path: Path) -> None:
-    (tmp_path / "pyproject.toml").write_text("this is [not toml")  # load_settings reports it
-    assert is_configured(tmp_path) is False
-    (tmp_path / "pyproject.toml").write_text("tool = 3\n")
-    assert is_configured(tmp_path) is False
+@pytest.mark.parametrize(
+    "inner", ["this is [not toml", "tool = 3\n", "\xff"], ids=["not-toml", "tool-not-a-table", "not-utf8"]
+)
+def test_the_project_root_search_passes_over_a_pyproject_it_cannot_read(tmp_path: Path, inner: str) -> None:
+    """The search only looks for the table (load_settings reports a malformed file): a
+    sub-project's unreadable pyproject.toml never stops it nor raises."""
+    (tmp_path / "pyproject.toml").write_text("[tool.testharness]\n")
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "pyproject.toml").write_bytes(inner.encode("latin-1"))
+    assert find_project_root(sub) == tmp_path.resolve()
 
 
 def test_test_roots_default_to_pytest_testpaths(tmp_path: Path) -> None:

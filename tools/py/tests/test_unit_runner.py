@@ -12,7 +12,8 @@ import pytest
 
 from testharness import requirements
 from testharness.settings import MarkerGroup, load_settings
-from testharness.unit_runner import build_assets, has_path_arg, interpret_exit, map_upstream_paths, usage
+from testharness.unit_runner import build_assets, interpret_exit, usage
+from testharness.upstream_paths import has_path_arg, map_upstream_paths
 
 MCORE = MarkerGroup(
     name="mcore", option="--mcore-only", mode="only", requires=("megatron.core",),

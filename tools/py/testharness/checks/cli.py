@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from testharness.atomic_io import write_json_atomic
-from testharness.checks.evaluator import CheckResult, function_names, run_checks, safe_repr
+from testharness.checks.evaluator import CheckResult, run_checks, safe_repr
+from testharness.checks.whitelist import function_names
 
 DEFAULT_PIPED_WIDTH = 200  # table width when stdout is not a terminal
 MIN_TABLE_WIDTH = 20

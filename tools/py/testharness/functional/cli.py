@@ -23,7 +23,8 @@ from pathlib import Path
 
 from testharness import ci_report
 from testharness.atomic_io import write_json_atomic
-from testharness.settings import Settings, SettingsError, find_project_root, load_settings
+from testharness.project_root import find_project_root
+from testharness.settings import Settings, SettingsError, load_settings
 from testharness.shard_plan import ShardSpecError, parse_shard_spec, plan_shards
 
 from . import store, tree

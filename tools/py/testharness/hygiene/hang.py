@@ -277,7 +277,7 @@ def cancel_tasks() -> None:
     for ref in real_ray.owned_refs(ray) or []:  # None: this Ray's private API differs, nothing to cancel
         try:
             ray.cancel(ref, force=True, recursive=True)
-        except Exception:  # finished, an actor task (its actor is killed instead), a ray.put object
+        except Exception:  # noqa: BLE001  finished, an actor task (its actor is killed instead), a ray.put object
             continue
 
 

@@ -170,11 +170,13 @@ class Gpus:
             self._handles = []
             try:
                 import pynvml  # type: ignore[import-untyped,unused-ignore]
-
+            except ImportError:  # no NVML library: a machine without GPUs
+                return {}
+            try:
                 pynvml.nvmlInit()
                 self._nvml = pynvml
                 self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-            except Exception:  # no NVML, no driver: a machine without GPUs
+            except pynvml.NVMLError:  # no driver: a machine without GPUs
                 self._handles = []
         out = {}
         for i, handle in enumerate(self._handles):
@@ -225,7 +227,7 @@ def snapshot(gpus: Gpus | None) -> Snapshot:
             job = real_ray.job_hex(ray)
             actors, groups = real_ray.job_actors(ray, job), real_ray.job_placement_groups(job)
             read_ray = True
-        except Exception:  # the cluster is going away: nothing to read
+        except Exception:  # noqa: BLE001  the cluster is going away: nothing to read
             actors, groups = {}, {}
     return Snapshot(
         actors=actors,

@@ -27,17 +27,14 @@ from pathlib import Path
 from . import store
 from .config import SelectConfig
 from .graph import Graph, build_graph, graph_from_deps
-from .import_time import import_digests
 from .parsing import parse_all
-from .plan import OK_OUTCOMES, Plan, generation_id, test_file_of
+from .plan import Plan, test_file_of
+from .recording import NOT_A_FUNCTION, record_session
 from .records import (
     ActorModule,
     RanFunction,
     ReachEntry,
-    RecordError,
     SentModule,
-    parse_reach_entry,
-    sorted_reach,
 )
 from .scan import hash_files, is_test_file, scan_files
 
@@ -71,13 +68,6 @@ class RemoteSelector:
         tests = dict(old.tests) if old is not None else {}
         new = store.MapData(config=fp, files=dict(digests), parsed=cache, deps=deps, tests=tests)
         return graph, new, True
-
-    def import_digests(self, plan: Plan) -> dict[str, str]:
-        """Import digests of the current tree (import_time.py), computed once per plan."""
-        if plan.imports is None:
-            parsed = parse_all(plan.digests, plan.files, plan.map_data.parsed)
-            plan.imports = import_digests({rel: parsed[d].facts for rel, d in plan.digests.items()})
-        return plan.imports
 
     # -- plan ------------------------------------------------------------------------
     def plan(self) -> Plan:
@@ -173,7 +163,7 @@ class RemoteSelector:
         """Per generation, the bits of the files changed since, and of those whose code that
         runs at import time changed (testmon cannot see those edits: see import_time.py); a
         generation saved without import digests counts every change as one."""
-        imports = self.import_digests(plan)
+        imports = plan.import_digests()
         content_bits = {gid: graph.bits_of(paths) for gid, paths in changed_by_gen.items()}
         loaded = plan.imports_loaded
         import_bits = {
@@ -196,19 +186,6 @@ class RemoteSelector:
         hit = ((static | traced) & imports) | (remote & content)
         return hit | self._changed_units(plan, graph, units, content, imports, tfile)
 
-    def unit_digests(self, plan: Plan, rel: str) -> dict[str, str]:
-        """Body digest of each function and method of `rel` now (import_time.file_facts)."""
-        cache = plan.units
-        if rel not in cache:
-            out: dict[str, str] = {}
-            digest = plan.digests.get(rel)
-            if digest is not None:
-                parsed = parse_all({rel: digest}, plan.files, plan.map_data.parsed)[digest]
-                for fn in parsed.facts.funcs:  # a name defined twice (if/else): both bodies
-                    out[fn.qualname] = out[fn.qualname] + fn.body_digest if fn.qualname in out else fn.body_digest
-            cache[rel] = out
-        return cache[rel]
-
     def _changed_units(
         self, plan: Plan, graph: Graph, units: list[RanFunction], content: int, imports: int, tfile: str
     ) -> int:
@@ -220,9 +197,7 @@ class RemoteSelector:
                 bits |= graph.bits_of({tfile})  # its file is gone: the test must show what that does
                 continue
             fbits = graph.bits_of({rel})
-            if fbits & content and (
-                fbits & imports or self.unit_digests(plan, rel).get(qualname, NOT_A_FUNCTION) != digest
-            ):
+            if fbits & content and (fbits & imports or plan.unit_digests(rel).get(qualname, NOT_A_FUNCTION) != digest):
                 bits |= fbits
         return bits
 
@@ -234,112 +209,10 @@ class RemoteSelector:
         collected: dict[str, list[str]],
         reaches: dict[str, list[str] | None] | None = None,
     ) -> None:
-        """Record the session: tests that ran and passed (or were skipped) get today's digests
-        and the reach this run recorded for them (`reaches`; None or absent: unknown).
-
-        A test that failed, errored, or did not complete keeps its old record, so it stays
-        selected; a test that did not run and was not affected gets today's digests too
-        (its closure is unchanged, so both records mean the same thing).
-        """
-        ours = self._state_after(plan, outcomes, reaches or {})
-        save_state = bool(ours.tests or plan.records)
-        map_dirty = _record_collected(plan, collected)
-        if not (save_state or map_dirty):
-            return
-        # Another session may have saved since this one loaded: merge onto what is there now.
-        with store.locked(self.files):
-            if save_state:
-                theirs, _ = store.load_state(self.files.state_file)  # its warning was shown at plan time
-                base = store.State(plan.generations, plan.records, plan.reaches, plan.imports_loaded)
-                store.save_state(self.files.state_file, store.merge_state(base, ours, theirs, set(outcomes)))
-            if map_dirty:
-                self._save_map(plan, collected)
-
-    def _state_after(self, plan: Plan, outcomes: dict[str, str], reaches: dict[str, list[str] | None]) -> store.State:
-        """This session's state: each test's generation and reach after this run, and the
-        generations (with their import digests) still referenced."""
-        new_gid = generation_id(plan.digests)
-        tests, kept_reach = self._tests_after(plan, outcomes, reaches, new_gid)
-        kept = set(tests.values())
-        generations = {gid: plan.generations[gid] for gid in kept if gid != new_gid}
-        imports = {gid: imp for gid, imp in plan.imports_loaded.items() if gid in kept}
-        if new_gid in kept:
-            generations[new_gid] = plan.digests
-            # Same contents, same import digests: a no-change session reuses them.
-            imports[new_gid] = imports.get(new_gid) or self.import_digests(plan)
-        return store.State(generations, tests, kept_reach, imports)
-
-    def _tests_after(
-        self, plan: Plan, outcomes: dict[str, str], reaches: dict[str, list[str] | None], new_gid: str
-    ) -> tuple[dict[str, str], dict[str, tuple[ReachEntry, ...]]]:
-        """Each tracked test's generation (nodeid -> generation id) and recorded reach after
-        this run (see `finish`)."""
-        tests: dict[str, str] = {}
-        kept_reach: dict[str, tuple[ReachEntry, ...]] = {}
-
-        def passed_now(nodeid: str) -> None:
-            tests[nodeid] = new_gid
-            reach = self._stored_reach(plan, reaches.get(nodeid))
-            if reach is not None:
-                kept_reach[nodeid] = reach
-
-        for nodeid, gid in plan.records.items():
-            if test_file_of(nodeid) not in plan.test_files:
-                continue  # the test file is gone: forget its tests
-            outcome = outcomes.get(nodeid)
-            if outcome in OK_OUTCOMES:
-                passed_now(nodeid)
-                continue
-            tests[nodeid] = new_gid if outcome is None and nodeid not in plan.affected_tests else gid
-            if nodeid in plan.reaches:
-                kept_reach[nodeid] = plan.reaches[nodeid]
-        for nodeid, outcome in outcomes.items():
-            if nodeid not in tests and outcome in OK_OUTCOMES and test_file_of(nodeid) in plan.test_files:
-                passed_now(nodeid)
-        return tests, kept_reach
-
-    def _stored_reach(self, plan: Plan, reach: list[str] | None) -> tuple[ReachEntry, ...] | None:
-        """The reach this run recorded for a test, as stored; None: unknown (its static
-        closure counts)."""
-        if reach is None:
-            return None
-        try:
-            return self._with_digests(plan, [parse_reach_entry(e) for e in reach])
-        except RecordError:
-            return None  # not the recorder's form: unknown reach, the static closure counts
-
-    def _save_map(self, plan: Plan, collected: dict[str, list[str]]) -> None:
-        """Save the map, its test ids merged onto those of the map on disk now (call with
-        the state files locked)."""
-        map_data = plan.map_data
-        on_disk, _ = store.load_map(self.files.map_file)
-        if on_disk is not None:
-            merged = store.merge_map_tests(plan.map_tests_loaded, map_data.tests, on_disk.tests, set(collected))
-            map_data.tests = {t: e for t, e in merged.items() if t in plan.test_files}
-        store.save_map(self.files.map_file, map_data)
-
-    def _with_digests(self, plan: Plan, reach: list[ReachEntry]) -> tuple[ReachEntry, ...]:
-        """Reach entries as stored: a function that ran remotely gets its body digest; one
-        of a file outside the scanned tree counts whole."""
-        out: set[ReachEntry] = set()
-        for entry in reach:
-            if not isinstance(entry, RanFunction):
-                out.add(entry)
-            elif entry.path in plan.digests:
-                digest = self.unit_digests(plan, entry.path).get(entry.qualname)
-                # Module level and class bodies: import-time code, which import digests cover.
-                out.add(
-                    RanFunction(entry.path, entry.qualname, digest)
-                    if digest
-                    else RanFunction(entry.path, MODULE_LEVEL, NOT_A_FUNCTION)
-                )
-            else:
-                out.add(SentModule(entry.path))
-        return sorted_reach(out)
-
-
-NOT_A_FUNCTION = "-"  # the digest recorded for import-time code that ran remotely
-MODULE_LEVEL = "<module>"
+        """Record the session (recording.record_session): tests that ran and passed (or were
+        skipped) get today's digests and the reach this run recorded for them (`reaches`;
+        None or absent: unknown)."""
+        record_session(self.files, plan, outcomes, collected, reaches or {})
 
 
 def split_reach(reach: tuple[ReachEntry, ...]) -> tuple[tuple[str, ...], tuple[str, ...], list[RanFunction]]:
@@ -377,27 +250,6 @@ def _files_to_collect(plan: Plan) -> set[str]:
         if tfile in plan.test_files and any(n not in plan.records for n in nodeids):
             out.add(tfile)
     return out
-
-
-def _record_collected(plan: Plan, collected: dict[str, list[str]]) -> bool:
-    """Put the test ids collected now (test file -> node ids) in the plan's map and forget
-    the test files that are gone; True when the map must be saved."""
-    map_data = plan.map_data
-    dirty = plan.map_dirty
-    for tfile, nodeids in collected.items():
-        if map_data.tests.get(tfile) != tuple(sorted(nodeids)):
-            map_data.tests[tfile] = tuple(sorted(nodeids))
-            dirty = True
-    for tfile in list(map_data.tests):
-        if tfile not in plan.test_files:
-            del map_data.tests[tfile]
-            dirty = True
-    if dirty:
-        # Closures are not stored (they grow as files x tests); `python -m
-        # testharness.remote_select TEST_FILE` prints one from the stored graph.
-        for tfile in plan.test_files:
-            map_data.tests.setdefault(tfile, ())
-    return dirty
 
 
 def _reach_closure(graph: Graph, reach: tuple[str, ...], root: Path, static: int) -> int:

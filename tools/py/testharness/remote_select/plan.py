@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 from . import store
 from .graph import Graph
+from .import_time import import_digests
+from .parsing import parse_all
 from .records import ReachEntry
 
 OK_OUTCOMES = frozenset({"passed", "skipped"})  # a skip is not a failure to re-run
@@ -44,6 +46,26 @@ class Plan:
     imports: dict[str, str] | None = None  # current import digests, once computed
     units: dict[str, dict[str, str]] = field(default_factory=dict)  # rel -> function body digests, as needed
     map_tests_loaded: dict[str, tuple[str, ...]] = field(default_factory=dict)  # the map's node ids, as loaded
+
+    def import_digests(self) -> dict[str, str]:
+        """Import digests of the current tree (import_time.py), computed once per plan."""
+        if self.imports is None:
+            parsed = parse_all(self.digests, self.files, self.map_data.parsed)
+            self.imports = import_digests({rel: parsed[d].facts for rel, d in self.digests.items()})
+        return self.imports
+
+    def unit_digests(self, rel: str) -> dict[str, str]:
+        """Body digest of each function and method of `rel` now (import_time.file_facts)."""
+        cache = self.units
+        if rel not in cache:
+            out: dict[str, str] = {}
+            digest = self.digests.get(rel)
+            if digest is not None:
+                parsed = parse_all({rel: digest}, self.files, self.map_data.parsed)[digest]
+                for fn in parsed.facts.funcs:  # a name defined twice (if/else): both bodies
+                    out[fn.qualname] = out[fn.qualname] + fn.body_digest if fn.qualname in out else fn.body_digest
+            cache[rel] = out
+        return cache[rel]
 
     def must_run(self, nodeid: str) -> bool:
         """True when this test has to run whatever testmon says."""

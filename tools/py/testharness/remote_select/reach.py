@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.abc
 import importlib.machinery
-import inspect
 import json
 import os
 import shutil
@@ -42,6 +40,7 @@ from typing import Any
 
 from testharness import real_ray
 
+from .after_import import AfterImport
 from .reach_core import ReachBook
 from .records import ActorReport, RecordError, parse_actor_report
 from .worker_trace import PROCESS_EVENTS
@@ -155,10 +154,9 @@ class ReachRecorder:
         worker, a peer waiting for a rank that failed) cannot answer before it ends: asking
         would hold the kill back for the whole drain timeout, so it is lost at once (its
         owners get its modules whole, as for any report that does not come)."""
-        actor_id = getattr(handle, "_ray_actor_id", None)
-        if actor_id is None or actor_id.hex() not in self.book.actors:
+        aid = real_ray.actor_id_of(handle)
+        if aid is None or aid not in self.book.actors:
             return
-        aid = actor_id.hex()
         if _constructing(aid):
             self.book.lose(aid)
             return
@@ -233,11 +231,11 @@ class ReachRecorder:
         if real_ray.imported() is not None:
             self._patch_ray()
         else:  # not imported yet, or a stand-in (never patched): Ray's own import, if it comes
-            sys.meta_path.insert(0, _AfterImport("ray", self._patch_ray, self, before=self._note_ray_dir))
+            sys.meta_path.insert(0, AfterImport("ray", self._patch_ray, self, before=self._note_ray_dir))
 
     def uninstall(self) -> None:
         self._installed = False
-        for finder in [f for f in sys.meta_path if isinstance(f, _AfterImport) and f.owner is self]:
+        for finder in [f for f in sys.meta_path if isinstance(f, AfterImport) and f.owner is self]:
             sys.meta_path.remove(finder)
         while self._originals:  # newest first, so nested recorders unwind correctly
             owner, attr, original = self._originals.pop()
@@ -257,9 +255,7 @@ class ReachRecorder:
         if ray is None:
             self._ray_dir = None
             return  # a `ray` of the project's own (a folder shadowing Ray): nothing of Ray's to patch
-        import ray.actor
-        import ray.remote_function
-
+        senders = real_ray.work_senders(ray)
         # As in code objects: the path the module was imported from (not resolved).
         self._ray_dir = os.path.dirname(os.path.abspath(str(ray.__file__))) + os.sep
         recorder = self
@@ -279,41 +275,35 @@ class ReachRecorder:
             if recorder._task_dir is None:
                 recorder._task_dir = tempfile.mkdtemp(prefix="testharness-tasks-")
             manager = real_ray.task_function_manager()  # None: tasks report by their module only
-            env["worker_process_setup_hook"] = worker_trace.make_hook(recorder.root, recorder._task_dir, manager, first)
+            env["worker_process_setup_hook"] = worker_trace.make_hook(
+                recorder.root, recorder._task_dir, manager, first, senders
+            )
             recorder._tracing = True
             return args, dict(kwargs, runtime_env=env)
 
         def on_create(
             handle: Any, actor_class: Any, args: Any = None, kwargs: Any = None, *_: Any, **options: Any
         ) -> None:
-            meta = getattr(actor_class, "__ray_metadata__", None)
-            cls = getattr(meta, "modified_class", None)
+            cls = real_ray.actor_user_class(actor_class)
             module = getattr(cls, "__module__", None) or type(actor_class).__module__
             path = getattr(sys.modules.get(module), "__file__", None)
-            actor = None
-            if (
-                recorder._tracing
-                and path
-                and _runs_calls_in_order(cls, meta, options)
-                and hasattr(handle, "_ray_actor_id")
-            ):
-                actor = handle._ray_actor_id.hex()
+            actor = real_ray.actor_id_of(handle)
+            traced = bool(recorder._tracing and path and actor and real_ray.runs_calls_in_order(actor_class, options))
+            if traced and actor and path:
                 # `get_if_exists` may hand back an actor already known
                 recorder.book.track(actor, module, os.path.realpath(path))
                 recorder.handles[actor] = weakref.ref(handle)
-            recorder.note_remote([module], args, kwargs, actor=actor)
+            recorder.note_remote([module], args, kwargs, actor=actor if traced else None)
 
         def on_call(handle: Any, method_name: str, args: Any = None, kwargs: Any = None, *_: Any, **__: Any) -> None:
             if ReachRecorder.draining:
                 return
-            actor_id = getattr(handle, "_ray_actor_id", None)
-            aid = actor_id.hex() if actor_id is not None else None
+            aid = real_ray.actor_id_of(handle)
             if aid in recorder.book.actors and method_name == "__ray_terminate__":
                 recorder.ending(handle)  # its exit runs no call of ours: nothing to charge
                 return
-            descriptor = getattr(handle, "_ray_actor_creation_function_descriptor", None)
             recorder.note_remote(
-                [getattr(descriptor, "module_name", None)],
+                [real_ray.actor_module_of(handle)],
                 args,
                 kwargs,
                 actor=aid if aid in recorder.book.actors else None,
@@ -321,7 +311,7 @@ class ReachRecorder:
 
         def on_task(result: Any, function: Any, args: Any = None, kwargs: Any = None, *_: Any, **__: Any) -> None:
             task = _task_id(result) if recorder._tracing else None
-            module = getattr(getattr(function, "_function", None), "__module__", None)
+            module = getattr(real_ray.task_function_of(function), "__module__", None)
             recorder.note_remote([module], args, kwargs, task=task)
 
         def before_shutdown(*_: Any, **__: Any) -> None:
@@ -333,9 +323,10 @@ class ReachRecorder:
         self._wrap(ray, "init", rewrite=with_trace_hook)
         self._wrap(ray, "shutdown", before_shutdown)
         self._wrap(ray, "kill", lambda actor, *a, **k: recorder.ending(actor))
-        self._wrap(ray.actor.ActorClass, "_remote", after=on_create)
-        self._wrap(ray.actor.ActorHandle, "_actor_method_call", on_call)
-        self._wrap(ray.remote_function.RemoteFunction, "_remote", after=on_task)
+        create_actor, call_actor, submit_task = senders
+        self._wrap(*create_actor, after=on_create)
+        self._wrap(*call_actor, on_call)
+        self._wrap(*submit_task, after=on_task)
         self._wrap(ray, "put", lambda value, *a, **k: recorder.note_remote([], value))
 
     def _wrap(
@@ -364,7 +355,7 @@ class ReachRecorder:
             if after is not None:
                 try:
                     after(result, *args, **kwargs)
-                except Exception:  # noqa: BLE001
+                except Exception:  # noqa: BLE001  never break the call: the owners go opaque
                     recorder.book.charge(set(), opaque=True)
             return result
 
@@ -386,68 +377,4 @@ def _report(answer: Any) -> ActorReport | None:
     try:
         return parse_actor_report(answer)
     except RecordError:
-        return None
-
-
-def _runs_calls_in_order(cls: Any, meta: Any, options: dict[str, Any]) -> bool:
-    """A sync actor with one thread: its tasks run one by one, in the order the driver sent
-    them, on the main thread the worker's tracer watches. Threaded and async actors do not."""
-    if cls is None or getattr(meta, "concurrency_groups", None):
-        return False
-    if options.get("max_concurrency") not in (None, 1) or options.get("concurrency_groups"):
-        return False
-    return not any(
-        inspect.iscoroutinefunction(m) or inspect.isasyncgenfunction(m)
-        for _, m in inspect.getmembers(cls, predicate=inspect.isfunction)
-    )
-
-
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Calls `callback` once the top-level package `name` has finished importing (and
-    `before(spec)` as it starts)."""
-
-    def __init__(
-        self,
-        name: str,
-        callback: Callable[[], None],
-        owner: object,
-        before: Callable[[importlib.machinery.ModuleSpec], None] | None = None,
-    ) -> None:
-        self.name = name
-        self.callback = callback
-        self.owner = owner
-        self.before = before
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname != self.name:
-            return None
-        spec = self._spec_from_later_finders(fullname, path, target)
-        loader = getattr(spec, "loader", None)
-        if spec is None or loader is None or not hasattr(loader, "exec_module"):
-            return None
-        exec_module = loader.exec_module
-        finder = self
-
-        def exec_then_patch(module: types.ModuleType) -> None:
-            if finder.before is not None:
-                finder.before(spec)
-            exec_module(module)
-            if finder in sys.meta_path:
-                sys.meta_path.remove(finder)
-            finder.callback()
-
-        loader.exec_module = exec_then_patch
-        return spec
-
-    def _spec_from_later_finders(self, fullname: str, path: Any, target: Any) -> importlib.machinery.ModuleSpec | None:
-        """The spec the finders after this one give: an import hook of the user's (a profiler's,
-        a vendoring shim's) still finds and wraps the package."""
-        later = sys.meta_path[sys.meta_path.index(self) + 1 :] if self in sys.meta_path else sys.meta_path
-        for finder in later:
-            find_spec = getattr(finder, "find_spec", None)
-            if find_spec is None:
-                continue
-            spec: importlib.machinery.ModuleSpec | None = find_spec(fullname, path, target)
-            if spec is not None:
-                return spec
         return None

@@ -31,7 +31,7 @@ import os
 import sys
 import threading
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 _STATE = "_testharness_remote_trace"
@@ -42,14 +42,19 @@ PROCESS_EVENTS = frozenset(
 
 
 def make_hook(
-    root: str, task_dir: str | None = None, manager: type | None = None, first: Callable[[], None] | str | None = None
+    root: str,
+    task_dir: str | None = None,
+    manager: type | None = None,
+    first: Callable[[], None] | str | None = None,
+    senders: Sequence[tuple[type, str]] = (),
 ) -> Callable[[], None]:
     """The `worker_process_setup_hook` for `ray.init` (a closure: Ray needs a callable of no
     arguments). `task_dir`: where each remote function's run leaves its report; `manager`:
     Ray's class that hands a worker each task's function (real_ray.task_function_manager,
     pickled by reference: the workers import it from their Ray), None where Ray has none.
     `first`: the project's own hook (a callable, or "module.function" as Ray takes it), run
-    before tracing starts: what it imports is set-up, not a test's code."""
+    before tracing starts: what it imports is set-up, not a test's code. `senders`: where
+    Ray sends work to other workers (real_ray.work_senders), watched for escapes."""
 
     def testharness_trace_hook() -> None:
         if isinstance(first, str):
@@ -57,12 +62,14 @@ def make_hook(
             getattr(importlib.import_module(module), name)()
         elif first is not None:
             first()
-        install(root, task_dir, manager)
+        install(root, task_dir, manager, senders)
 
     return testharness_trace_hook
 
 
-def install(root: str, task_dir: str | None = None, manager: type | None = None) -> None:
+def install(
+    root: str, task_dir: str | None = None, manager: type | None = None, senders: Sequence[tuple[type, str]] = ()
+) -> None:
     if _STATE in sys.modules:
         return
     state: Any = types.ModuleType(_STATE)
@@ -73,7 +80,7 @@ def install(root: str, task_dir: str | None = None, manager: type | None = None)
     state.rearm = lambda: None
     state.intact = lambda: True  # False once another tool took over the hook this uses
     sys.modules[_STATE] = state
-    _watch_escapes(state)
+    _watch_escapes(state, senders)
     _watch_calls(state)
     if task_dir and manager is not None:
         _watch_tasks(state, task_dir, manager)
@@ -211,9 +218,9 @@ def _set_profile(profile: Callable[..., object] | None) -> bool:
     return False
 
 
-def _watch_escapes(state: Any) -> None:
+def _watch_escapes(state: Any, senders: Sequence[tuple[type, str]]) -> None:
     """Note when project code makes code run where it is not traced: a process it starts,
-    or work it sends to other Ray workers."""
+    or work it sends to other Ray workers (through `senders`, or `ray.put`)."""
 
     def note() -> None:
         state.escaped = state.escaped or _started_by_project(sys._getframe(2), state.root)
@@ -234,11 +241,10 @@ def _watch_escapes(state: Any) -> None:
     import multiprocessing.process as mp_process  # its `spawn` start method audits nothing
 
     noting(mp_process.BaseProcess, "start")
+    for owner, attr in senders:  # actors and tasks sent from here run elsewhere
+        noting(owner, attr)
     ray = sys.modules.get("ray")
-    if ray is not None:  # a Ray worker: actors, tasks and objects sent from here run elsewhere
-        noting(ray.actor.ActorClass, "_remote")
-        noting(ray.actor.ActorHandle, "_actor_method_call")
-        noting(ray.remote_function.RemoteFunction, "_remote")
+    if ray is not None:  # a Ray worker: objects put from here are unpickled elsewhere
         noting(ray, "put")
     sys.addaudithook(audit)
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from testharness.atomic_io import write_text_atomic
 from testharness.history import load_history, resolve_history_dir
+from testharness.project_root import find_project_root
 from testharness.report.chart import chart_scene, make_charts
 from testharness.report.flaky import find_flaky
 from testharness.report.page import render_html
@@ -23,7 +24,7 @@ from testharness.report.png import write_png
 from testharness.report.rules import CONFIG_TABLE, ReportError, apply_cli_rules, rulebook_from_config
 from testharness.report.terminal import print_report
 from testharness.report.trends import Trend, compute_trends
-from testharness.settings import SettingsError, find_project_root, load_settings
+from testharness.settings import SettingsError, load_settings
 
 DESCRIPTION = "Metric trends, regressions and flaky tests from the results history (<results_dir>/unit_results/*.json)."
 
