@@ -168,9 +168,10 @@ class Record:
             return dict(found) if found is not None else None
 
     def take_metrics(self, key: str, found: dict[str, Any]) -> None:
-        """A test's metrics from the process that ran it (an xdist worker)."""
+        """A test's metrics from the process that ran it (an xdist worker). A copy: in that
+        process the report still carries them to the controller while its threads may track on."""
         with self.lock:
-            self.metrics[key] = found
+            self.metrics[key] = dict(found)
 
     def read_memory(self, source: str, names: Iterable[str]) -> None:
         """A reading in this process: the latest says where the figures come from."""

@@ -211,7 +211,9 @@ class _Recorder:
             return
         names = _gpu_types() if self.st.results_dir is not None else []
         cov = results.coverage_of(session.config.pluginmanager.getplugin("_cov"), self.settings.source_packages)
-        session.exitstatus = self.st.close(int(session.exitstatus), cov, names)
+        status = self.st.close(int(session.exitstatus), cov, names)
+        if status != session.exitstatus:  # the record could not be written: INTERNAL_ERROR
+            session.exitstatus = status
         run_summary.write(session, self.st)
 
     def _amend_exit_status(self, session: pytest.Session) -> None:
