@@ -81,6 +81,8 @@ def merge_phase(before: str, phase: str, when: str) -> str:
 
 @dataclass
 class Record:
+    """One run's record in the making: change it only through its methods."""
+
     root: Path = Path(".")  # the project: its git commit is the record's
     test_roots: tuple[Path, ...] = ()
     results_dir: Path | None = None  # where the files go; None: this run writes none
