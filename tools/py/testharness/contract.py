@@ -17,6 +17,8 @@ through `config.hook`) and the cores (modules with no hooks):
 - **Report extras**: what a plugin hangs on a test report for another plugin (and, from an
   xdist worker, for the controller: xdist serialises a report's attributes), named only from
   `EXTRAS` through `put_extra` / `get_extra`.
+- **The record**: the recorder keeps the run's record (testharness.record) in the config's
+  stash; the tracker and supervised reach it through `record_of(config)`.
 - **History**: `-n`'s file order and `--shard` plan with the runs recorded in
   `history_dir_of(config)` (`--history-dir`, else where `--unit-results-dir` sends results).
 - **Signals**: `-n`'s controller has the harness's signal handlers put back after Ray's start
@@ -35,9 +37,11 @@ from typing import Any, Final
 import pytest
 
 from testharness.history import resolve_history_dir
+from testharness.record import Record
 from testharness.settings import Settings, SettingsError, load_settings
 
 _SETTINGS = pytest.StashKey[Settings]()
+_RECORD = pytest.StashKey[Record]()  # the run's record: the recorder puts it there at configure
 
 EXTRAS: Final = frozenset({
     "testharness_metrics", "testharness_memory", "testharness_leaks", "testharness_hang",
@@ -55,6 +59,15 @@ def settings_of(config: pytest.Config) -> Settings:
             raise pytest.UsageError(str(exc)) from None
         config.stash[_SETTINGS] = settings
     return settings
+
+
+def stash_record(config: pytest.Config, record: Record) -> None:
+    config.stash[_RECORD] = record
+
+
+def record_of(config: pytest.Config) -> Record | None:
+    """This session's record in the making (None where the recorder is not loaded)."""
+    return config.stash.get(_RECORD, None)
 
 
 def history_dir_of(config: pytest.Config) -> Path:

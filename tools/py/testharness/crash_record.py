@@ -39,14 +39,13 @@ from pathlib import Path
 from typing import Any
 
 from testharness.atomic_io import hidden_temp_beside, write_json_atomic
-from testharness.results import more_telling, with_teardown_error
 
 # What run_unit's supervisor tells the pytest it starts (no pytest import here: run_unit's
 # --help needs neither pytest nor Ray).
 SUPERVISE_DIR_ENV = "TESTHARNESS_SUPERVISE_DIR"  # the directory of these files; every process a
 # round's pytest starts inherits it: the supervisor finds what a round left behind by it
 ONLY_ENV = "TESTHARNESS_ONLY_TESTS"  # a JSON list: the node ids a continuation runs
-CARRIED_ENV = "TESTHARNESS_CARRIED"  # what the earlier rounds recorded (Carried)
+CARRIED_ENV = "TESTHARNESS_CARRIED"  # what the earlier rounds recorded (record.Record.carried_document)
 SUMMARY_FILE_ENV = "TESTHARNESS_SUMMARY_FILE"  # how the session ended (testharness.run_summary)
 SUPERVISOR_PID_ENV = "TESTHARNESS_SUPERVISOR_PID"  # pytest's parent: once it is gone, the run is over
 DUMP_SIGNAL = signal.SIGUSR2  # faulthandler dumps the stacks on it
@@ -261,24 +260,6 @@ def sticky_cuda_error(text: str) -> str | None:
     return match.group(0) if match else None
 
 
-def crash_entry(
-    crumb: Breadcrumb, cause: str, stack: str, ended: float, earlier: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
-    """The results-file entry of a test whose process died in it (`earlier`: its entry from an
-    earlier attempt, a crash that --rerun-failures ran again). A death while only the fixtures
-    around the test were left to tear down is an error at its teardown, as pytest reports a
-    failing module or session fixture teardown."""
-    outcome = "failed" if crumb.around is None else with_teardown_error(crumb.around)
-    attempts = earlier.get("attempts") if earlier is not None else None
-    return {
-        "key": crumb.key,
-        "outcome": outcome,
-        "duration": round(max(0.0, ended - crumb.started), 6),
-        "attempts": [*(attempts if isinstance(attempts, list) else []), outcome],
-        "crash": {"cause": cause, "stack": clip(stack)},
-    }
-
-
 def where_it_died(crumb: Breadcrumb) -> str:
     """Where in its test a process died, for the cause: only the fixtures around a test that
     ended its own part are not the test."""
@@ -314,73 +295,3 @@ def supervisor_gone(environ: Mapping[str, str]) -> bool:
     except PermissionError:
         return False
     return False
-
-
-# --- what the rounds of one run recorded -------------------------------------------------------
-
-
-@dataclass
-class Carried:
-    """What the earlier pytest processes of one supervised run recorded, handed to the next
-    (TESTHARNESS_CARRIED) so that the last one writes one record of every selected test."""
-
-    start: str = ""  # the first round's start (results.START_TIME_FORMAT)
-    tests: dict[str, dict[str, Any]] = field(default_factory=dict)  # node id -> results entry
-    metrics: dict[str, dict[str, Any]] = field(default_factory=dict)  # metric key -> metrics
-    memory_source: str = "none"
-    gpu_names: set[str] = field(default_factory=set)
-
-    def add_journal(self, journal: Journal) -> None:
-        if not self.start and isinstance(journal.session.get("start"), str):
-            self.start = journal.session["start"]
-        for nodeid, line in journal.finished.items():
-            self.tests[nodeid] = line["record"]
-            key = line["record"].get("key")
-            if isinstance(line.get("metrics"), dict) and isinstance(key, str):
-                self.metrics[key] = line["metrics"]
-            memory = line.get("memory")
-            if isinstance(memory, list) and len(memory) == 2:
-                source, names = memory
-                self.memory_source = more_telling(self.memory_source, source)
-                self.gpu_names.update(n for n in names if isinstance(n, str))
-
-    def failed(self) -> bool:
-        return any(t.get("outcome") in ("failed", "error") for t in self.tests.values())
-
-    def as_json(self) -> dict[str, Any]:
-        return {"start": self.start, "tests": self.tests, "metrics": self.metrics,
-                "memory_source": self.memory_source, "gpu_names": sorted(self.gpu_names)}  # fmt: skip
-
-    @classmethod
-    def from_record(cls, document: Mapping[str, Any]) -> Carried:
-        """What a finished session recorded (its results document), handed on to a round that
-        runs some of its tests again."""
-        tests, found = document.get("tests"), document.get("metrics")
-        names, source = document.get("gpu_types"), document.get("memory_source")
-        return cls(
-            start=str(document.get("start_time", "")),
-            tests={k: dict(v) for k, v in tests.items() if isinstance(v, dict)} if isinstance(tests, dict) else {},
-            metrics={k: dict(v) for k, v in found.items() if isinstance(v, dict)} if isinstance(found, dict) else {},
-            memory_source=source if isinstance(source, str) else "none",
-            gpu_names={n for n in names if isinstance(n, str)} if isinstance(names, list) else set(),
-        )
-
-    def to_rerun(self, reruns: int) -> list[str]:
-        """The tests that crashed their process (not merely failed: pytest-rerunfailures reran
-        those) with reruns left of `reruns`."""
-        return [
-            nodeid
-            for nodeid, entry in self.tests.items()
-            if entry.get("crash") and entry.get("outcome") == "failed" and len(entry.get("attempts", [])) <= reruns
-        ]
-
-    @classmethod
-    def read(cls, path: Path) -> Carried:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return cls(
-            start=str(data.get("start", "")),
-            tests=dict(data.get("tests", {})),
-            metrics=dict(data.get("metrics", {})),
-            memory_source=str(data.get("memory_source", "none")),
-            gpu_names=set(data.get("gpu_names", [])),
-        )

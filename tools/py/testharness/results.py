@@ -1,22 +1,19 @@
-"""unit_results.json: the results schema, written and read here only (pure: no pytest, no Ray).
+"""unit_results.json: the results schema, and the files read back (pure: no pytest, no Ray).
 
 Schema (all keys always present): exit_status, git_commit, start_time, metrics, gpu_types,
 coverage, memory_unit, memory_source, tests. A test's entry has key, outcome, duration and
 attempts, plus `leaks` (a list) and `hang` (an object) only when the test leaked or timed out
 (testharness.hygiene), and `crash` ({"cause", "stack"}) only when its process died in it
 (testharness.supervisor), so files without them read the same. Documented in docs/unit-tests.md ("Results files").
-The tracker writes it (`build_results`, `write_results`: both files or neither, else one
-`ResultsWriteError` line; `remove_previous` at the start of a run, so a run whose record cannot
-be written leaves no earlier file looking like its own); the history readers (shards,
-report) read it back as typed `Run` records (`read_results_file`), so both sides of the
-schema live in this one module.
+The document is built here (`build_results`, one test's entry: `OutcomeRecord`) and written by
+its one writer, testharness.record; the history readers (shards, report) read it back as typed
+`Run` records (`read_results_file`), so both sides of the schema live in this one module.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import subprocess
 from collections.abc import Iterable, Mapping
@@ -25,42 +22,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from testharness.atomic_io import (
-    hidden_temp_beside,
-    json_text,
-    write_json_atomic,
-    write_new_file,
-    write_text_atomic,
-)
-
-__all__ = [  # write_json_atomic: re-exported for the tracker's summary file
-    "DATED_DIR",
-    "RESULTS_NAME",
-    "MEMORY_RANK",
-    "more_telling",
-    "OutcomeRecord",
-    "ResultsFileError",
-    "ResultsWriteError",
-    "Run",
-    "TestRecord",
-    "build_results",
-    "finite_number",
-    "git_commit",
-    "has_real_commit",
-    "parse_results",
-    "read_results_file",
-    "remove_files",
-    "remove_previous",
-    "rewrite_results",
-    "write_json_atomic",
-    "write_json_new",
-    "write_results",
-]
-
 RESULTS_NAME = "unit_results.json"
 DATED_DIR = "unit_results"
 START_TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
-DATED_FORMAT = "%Y%m%d_%H%M%S"
 MEMORY_UNIT = "MiB"
 # Where memory figures came from, least telling first: the records of several processes
 # (xdist workers, a supervised run's rounds) merged keep the most telling source.
@@ -75,6 +39,19 @@ def with_teardown_error(outcome: str) -> str:
 def more_telling(source: str, other: str) -> str:
     """Of two memory sources, the one whose figures say more (MEMORY_RANK)."""
     return other if MEMORY_RANK.get(other, 0) > MEMORY_RANK.get(source, 0) else source
+
+
+def coverage_of(plugin: Any, packages: Iterable[str]) -> float | str:
+    """The record's `coverage`: pytest-cov's total (its plugin object, None without it), else why not."""
+    total = getattr(plugin, "cov_total", None)
+    if isinstance(total, (int, float)):
+        return float(total)
+    if plugin is not None and getattr(plugin, "cov_controller", None) is not None:
+        return "not measured: no coverage report (session interrupted, or --cov-report= empty)"
+    return f"not measured: run with --cov={next(iter(packages), '<your package>')}"
+
+
+DIED_COVERAGE = "not measured: the test process died"
 
 
 class ResultsWriteError(OSError):
@@ -172,108 +149,6 @@ def build_results(
     if shard is not None:
         document["shard"] = shard
     return document
-
-
-def write_json_new(directory: Path, stem: str, data: dict[str, Any], text: str | None = None) -> Path:
-    """Write `data` to `directory/stem.json`, or `stem_1.json`, ...: never replaces a file.
-
-    os.link publishes the complete temp file under a name only if that name is free, so two
-    runs started in the same second cannot overwrite each other.
-    """
-    directory.mkdir(parents=True, exist_ok=True)
-    tmp = hidden_temp_beside(directory / f"{stem}.json")
-    try:
-        write_new_file(tmp, json_text(data) if text is None else text)
-        n = 0
-        while True:
-            target = directory / (f"{stem}.json" if n == 0 else f"{stem}_{n}.json")
-            try:
-                os.link(tmp, target)
-                return target
-            except FileExistsError:
-                n += 1
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _write_error(exc: OSError, target: Path) -> ResultsWriteError:
-    """One line naming the file that could not be written and why (a file where a directory
-    should be, read-only, disk full)."""
-    other = Path(exc.filename) if isinstance(exc.filename, str) else None
-    if isinstance(exc, (FileExistsError, NotADirectoryError)):
-        blocking = next((p for p in target.parents if p.exists() and not p.is_dir()), None)
-        if blocking is not None:
-            return ResultsWriteError(f"{target}: {blocking} is a file, not a directory")
-    reason = exc.strerror or str(exc) or type(exc).__name__
-    temp = other is not None and other.parent == target.parent and other.name.startswith(".")
-    if other is not None and other != target and not temp:
-        reason += f" ({other})"  # e.g. the directory that could not be made
-    return ResultsWriteError(f"{target}: {reason}")
-
-
-def remove_files(paths: Iterable[Path]) -> None:
-    """Remove what a failed write had written (best effort: the failure is what gets reported)."""
-    for path in paths:
-        try:
-            path.unlink(missing_ok=True)
-        except OSError:
-            pass  # the caller reports the write that failed; nothing more can be done here
-
-
-def write_results(results_dir: Path, data: dict[str, Any], start: datetime) -> tuple[Path, Path]:
-    """Write `unit_results.json` and the dated copy; return both paths.
-
-    Both or neither: when one cannot be written (read-only, disk full, a file where a
-    directory should be) the other is removed again and ResultsWriteError says why in one
-    line, so no file claims a record that the run could not complete."""
-    latest = results_dir / RESULTS_NAME
-    try:
-        text = json_text(data)  # once for both files: a 1,000-test document takes tens of ms
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise ResultsWriteError(f"the record is not JSON: {exc}") from None
-    written: list[Path] = []
-    target = latest
-    try:
-        write_text_atomic(latest, text)
-        written.append(latest)
-        target = results_dir / DATED_DIR / f"{start.strftime(DATED_FORMAT)}.json"
-        dated = write_json_new(target.parent, start.strftime(DATED_FORMAT), data, text)
-    except OSError as exc:
-        remove_files(written)
-        raise _write_error(exc, target) from None
-    return latest, dated
-
-
-def rewrite_results(paths: Iterable[Path], data: dict[str, Any]) -> None:
-    """Replace already written results files (the latest and its dated copy) with `data`;
-    when that fails they are removed (they would hold a record the run no longer stands by)
-    and ResultsWriteError says why."""
-    paths = list(paths)
-    target = paths[0] if paths else Path(RESULTS_NAME)
-    try:
-        text = json_text(data)
-        for target in paths:
-            write_text_atomic(target, text)
-    except OSError as exc:
-        remove_files(paths)
-        raise _write_error(exc, target) from None
-    except (TypeError, ValueError, RecursionError) as exc:
-        remove_files(paths)
-        raise ResultsWriteError(f"the record is not JSON: {exc}") from None
-
-
-def remove_previous(results_dir: Path) -> str | None:
-    """Remove the previous run's `unit_results.json` as a run starts (upstream NeMo RL does
-    the same), so a run whose record cannot be written, or that is killed, never leaves an
-    earlier record looking like its own. None when no such file is left, else why it stays."""
-    path = results_dir / RESULTS_NAME
-    try:
-        path.unlink()
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as exc:
-        return str(_write_error(exc, path))
-    return None
 
 
 # --------------------------------------------------------------------------- reading

@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from testharness import results
+from testharness.atomic_io import write_json_atomic
 from testharness.crash_record import SUMMARY_FILE_ENV
 
 if TYPE_CHECKING:
-    from testharness.recorder import RecordState
+    from testharness.record import Record
 
 
-def write(session: pytest.Session, st: RecordState) -> None:
+def write(session: pytest.Session, st: Record) -> None:
     """What run_unit reads to word its last line (TESTHARNESS_SUMMARY_FILE, set by it)."""
     path = os.environ.get(SUMMARY_FILE_ENV)
     if not path:
@@ -37,7 +37,7 @@ def write(session: pytest.Session, st: RecordState) -> None:
         "stopped": st.stopped,
     }
     try:
-        results.write_json_atomic(Path(path), summary)
+        write_json_atomic(Path(path), summary)
     except OSError as exc:  # run_unit then words its line from the exit status alone
         print(f"testharness: could not write the run summary {path}: {exc}", file=sys.stderr)
 

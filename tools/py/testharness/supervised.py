@@ -31,15 +31,15 @@ import signal
 import threading
 import time
 from collections.abc import Generator
-from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
 import pytest
 
-from testharness import crash_record, recorder, results
-from testharness.contract import is_xdist_controller, is_xdist_worker, put_extra
-from testharness.crash_record import CARRIED_ENV, DUMP_SIGNAL, ONLY_ENV, SUPERVISE_DIR_ENV, Carried
+from testharness import crash_record
+from testharness.contract import is_xdist_controller, is_xdist_worker, put_extra, record_of
+from testharness.crash_record import CARRIED_ENV, DUMP_SIGNAL, ONLY_ENV, SUPERVISE_DIR_ENV
+from testharness.record import Record
 
 FRESH_PROCESS_EXIT = 75  # ends a process whose CUDA context a test made unusable (EX_TEMPFAIL)
 
@@ -112,16 +112,19 @@ def pytest_cmdline_main(config: pytest.Config) -> Generator[None, Any, Any]:
     return code
 
 
-@pytest.hookimpl(trylast=True)  # after the tracker's: its state is in the config
+@pytest.hookimpl(trylast=True)  # after the recorder's: the record is in the config
 def pytest_configure(config: pytest.Config) -> None:
     directory = os.environ.get(SUPERVISE_DIR_ENV)
-    if directory and recorder.is_active(config):
-        config.pluginmanager.register(_Supervised(config, Path(directory)), f"testharness-supervised-{id(config)}")
+    record = record_of(config)
+    if directory and record is not None:
+        supervised = _Supervised(config, record, Path(directory))
+        config.pluginmanager.register(supervised, f"testharness-supervised-{id(config)}")
 
 
 class _Supervised:
-    def __init__(self, config: pytest.Config, directory: Path) -> None:
+    def __init__(self, config: pytest.Config, record: Record, directory: Path) -> None:
         self.config = config
+        self.record = record
         self.dir = directory
         self.pid = os.getpid()
         self.owner = not is_xdist_worker(config)  # writes the journal (xdist: the controller)
@@ -133,7 +136,7 @@ class _Supervised:
         only, carried = os.environ.get(ONLY_ENV), os.environ.get(CARRIED_ENV)
         self.only = frozenset(json.loads(Path(only).read_text(encoding="utf-8"))) if only else None
         # What earlier rounds recorded: taken into this session's record by its owner.
-        self.carried = crash_record.Carried.read(Path(carried)) if carried and self.owner else None
+        self.carried = Record.read_carried(Path(carried)) if carried and self.owner else None
 
     def _journal(self, entry: dict[str, Any]) -> None:
         if self.owner and os.getpid() == self.pid:
@@ -153,8 +156,8 @@ class _Supervised:
             if signal.getsignal(DUMP_SIGNAL) == signal.SIG_DFL:
                 faulthandler.register(DUMP_SIGNAL, file=self.fault_file, all_threads=True)
         if self.carried is not None:
-            carry_in(self.config, self.carried)
-        self._journal({"session": session_line(self.config)})
+            self.record.carry_in(self.carried)
+        self._journal({"session": self.record.session_entry()})
 
     # The outermost wrapper (registered after sharding's, also tryfirst): it filters after every
     # other plugin's selection, so --shard plans its shard over the whole selection, as the
@@ -184,9 +187,8 @@ class _Supervised:
         ):
             return
         for item in items:
-            entry = self.carried.tests.get(item.nodeid)
-            if entry is not None:
-                left = max(0, reruns - len(entry.get("attempts", [])))  # attempts so far count against it
+            left = self.carried.reruns_left(item.nodeid, reruns)  # attempts so far count against it
+            if left is not None:
                 item.add_marker(pytest.mark.flaky(reruns=left), append=False)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -202,7 +204,7 @@ class _Supervised:
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, Any, Any]:
         global _CURRENT
-        crumb = crash_record.Breadcrumb(item.nodeid, test_key(self.config, item.nodeid), os.getpid(), time.time())
+        crumb = crash_record.Breadcrumb(item.nodeid, self.record.key(item.nodeid), os.getpid(), time.time())
         _CURRENT = (self.dir, crumb)
         crash_record.write_breadcrumb(self.dir, crumb)
         try:
@@ -244,8 +246,7 @@ class _Supervised:
             self.tearing_down, self.own_fixtures = None, 0
 
     def _only_around_left(self, item: pytest.Item) -> None:
-        pending = recorder.state_of(self.config).pending.get(item.nodeid)
-        _update_breadcrumb(around=pending[0] if pending is not None else "passed")
+        _update_breadcrumb(around=self.record.outcome_so_far(item.nodeid))
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
@@ -266,7 +267,7 @@ class _Supervised:
             put_extra(report, "testharness_crash", self._worker_crash(report.nodeid))  # xdist: its worker died
         yield
         if report.when not in ("setup", "call"):  # the teardown, or its worker's crash
-            line = finished_line(self.config, report.nodeid)
+            line = self.record.journal_entry(report.nodeid)
             if line is not None:
                 self._journal(line)
 
@@ -289,58 +290,6 @@ class _Supervised:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         self._journal({"ending": True})  # a death from here on (a conftest's session end) is in no test
         # A test an earlier round lost with its process failed this run, unless a rerun passed.
-        if self.carried is None:
-            return
-        tests = recorder.state_of(self.config).tests
-        lost = any(tests[n].outcome in ("failed", "error") for n in self.carried.tests if n in tests)
+        lost = self.record.carried_failed()
         if lost and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-
-# --- what the recorder holds, handed on (serially: to the next round; from the journal: to the
-# supervisor, should this process die)
-
-
-def test_key(config: pytest.Config, nodeid: str) -> str:
-    return recorder.state_of(config).key(nodeid)
-
-
-def session_line(config: pytest.Config) -> dict[str, Any]:
-    """Where this session's record goes and when it started, for the supervisor to write it
-    should the process die."""
-    st = recorder.state_of(config)
-    target = st.results_dir if recorder.writes_results(config) else None
-    return {
-        "results_dir": str(target) if target is not None else None,
-        "start": st.start.strftime(results.START_TIME_FORMAT),
-        "shard": config.getoption("shard", None),
-        "root": str(st.settings.root),
-        "runs_tests": recorder.writes_results(config),  # not --collect-only, --shard-plan
-    }
-
-
-def finished_line(config: pytest.Config, nodeid: str) -> dict[str, Any] | None:
-    """A finished test's entry, metrics and memory readings, as the record would hold them."""
-    st = recorder.state_of(config)
-    rec = st.tests.get(nodeid)
-    if rec is None or nodeid in st.pending:
-        return None
-    with st.lock:  # a copy: a thread the test left running may still be tracking
-        metrics = st.metrics.get(rec.key)
-        metrics = dict(metrics) if metrics is not None else None
-    return {"test": nodeid, "record": rec.as_json(), "metrics": metrics,
-            "memory": [st.memory_source, sorted(st.gpu_names)]}  # fmt: skip
-
-
-def carry_in(config: pytest.Config, carried: Carried) -> None:
-    """Take what the earlier rounds of a supervised run recorded: this session's record then
-    lists every test of the run, from the first round's start."""
-    st = recorder.state_of(config)
-    if carried.start:
-        st.start = datetime.strptime(carried.start, results.START_TIME_FORMAT)
-    for nodeid, entry in carried.tests.items():
-        st.tests[nodeid] = results.OutcomeRecord.from_json(entry)
-    with st.lock:
-        st.metrics.update({key: dict(values) for key, values in carried.metrics.items()})
-    st.memory_source = results.more_telling(st.memory_source, carried.memory_source)
-    st.gpu_names.update(carried.gpu_names)

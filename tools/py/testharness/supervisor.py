@@ -33,11 +33,10 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from testharness import crash_record, metrics, results
+from testharness import crash_record, record_files, results
 from testharness.crash_record import (
     CARRIED_ENV,
     INTERNAL_ERROR,
@@ -45,9 +44,9 @@ from testharness.crash_record import (
     SUMMARY_FILE_ENV,
     SUPERVISE_DIR_ENV,
     SUPERVISOR_PID_ENV,
-    Carried,
 )
 from testharness.pytest_round import Round, run_forwarding_signals, say, sweep_round
+from testharness.record import Record
 
 INTERRUPTED, USAGE_ERROR = 2, 4
 # Arguments after which a failure ends the run: a crash is one, so nothing goes on after it.
@@ -74,7 +73,7 @@ def read_summary(path: Path) -> dict[str, Any] | None:
 def supervise(cmd: list[str], env: dict[str, str], tmp: Path) -> Outcome:
     """Run pytest (`cmd`) until every selected test has an outcome: again on the tests not yet
     run each time a test kills its process (first the crashed ones --rerun-failures may run again)."""
-    carried = Carried()
+    carried = Record()  # what the rounds recorded: the record a dead pytest could not write
     only: list[str] | None = None
     stop_at_failure = any(a in STOP_AT_FAILURE for a in cmd)
     reruns = reruns_of(cmd)
@@ -87,7 +86,7 @@ def supervise(cmd: list[str], env: dict[str, str], tmp: Path) -> Outcome:
             (tmp / "only.json").write_text(json.dumps(only), encoding="utf-8")
             renv[ONLY_ENV] = str(tmp / "only.json")
         if carried.tests:
-            (tmp / "carried.json").write_text(json.dumps(carried.as_json()), encoding="utf-8")
+            (tmp / "carried.json").write_text(json.dumps(carried.carried_document()), encoding="utf-8")
             renv[CARRIED_ENV] = str(tmp / "carried.json")
         code, stopped_by = run_forwarding_signals(cmd, renv, on_start=rnd.started, on_tick=rnd.enforce)
         summary = read_summary(rnd.directory / "summary.json")
@@ -121,18 +120,18 @@ def supervise(cmd: list[str], env: dict[str, str], tmp: Path) -> Outcome:
             # Every selected test has its outcome: pytest died in its session's end.
             where = "in its session's end (a pytest_sessionfinish hook)" if journal.ending else "after its last test"
             outcome = _died(f"{where}, after all {len(journal.selected)} selected tests finished", code, rnd)
-            return _write_record(
-                journal, carried, INTERNAL_ERROR, {**(outcome.summary or {}), "exit_status": int(carried.failed())}
+            return write_record(
+                carried, INTERNAL_ERROR, {**(outcome.summary or {}), "exit_status": int(carried.failed())}
             )
         if remaining and not dead and not journal.finished:
             cause = crash_record.exit_cause(code)
             say(f"run_unit: pytest died outside any test ({cause}); {len(remaining)} test(s) not run")
             for nodeid in remaining:  # no progress to build on: they stay in the record, not run
-                carried.tests[nodeid] = _not_run(nodeid, cause)
-            return _write_record(journal, carried, INTERNAL_ERROR, None)
+                carried.add_not_run(nodeid, cause)
+            return write_record(carried, INTERNAL_ERROR, None)
         again = [n for n in carried.to_rerun(reruns) if n in dead]
         if (not remaining and not again) or stop_at_failure:
-            return _write_record(journal, carried, 1, None)
+            return write_record(carried, 1, None)
         if again:
             say(f"run_unit: running {len(again)} crashed test(s) again (--rerun-failures {reruns}) in a fresh pytest")
         if remaining:
@@ -141,7 +140,7 @@ def supervise(cmd: list[str], env: dict[str, str], tmp: Path) -> Outcome:
     raise AssertionError("itertools.count never ends")
 
 
-def _crashed_workers_to_rerun(outcome: Outcome, reruns: int) -> tuple[Carried, list[str]] | None:
+def _crashed_workers_to_rerun(outcome: Outcome, reruns: int) -> tuple[Record, list[str]] | None:
     """Under -n a crash ends an xdist worker, not the session: the tests that crashed theirs and
     may run again (--rerun-failures) do so in a fresh round, which writes the run's one record
     (this round's files are removed: ONE record per run)."""
@@ -150,13 +149,13 @@ def _crashed_workers_to_rerun(outcome: Outcome, reruns: int) -> tuple[Carried, l
     if not reruns or outcome.code not in (0, 1) or not paths:
         return None
     try:
-        carried = Carried.from_record(json.loads(paths[0].read_text(encoding="utf-8")))
+        carried = Record.from_document(json.loads(paths[0].read_text(encoding="utf-8")))
     except (OSError, ValueError):
         return None
     again = carried.to_rerun(reruns)
     if not again:
         return None
-    results.remove_files(paths)
+    record_files.discard(paths)
     return carried, again
 
 
@@ -217,7 +216,7 @@ def reconcile(code: int, returned: int | None, session_status: int, ended_late: 
 
 
 def _session_ended(
-    code: int, stopped_by: str | None, summary: dict[str, Any], journal: crash_record.Journal, carried: Carried,
+    code: int, stopped_by: str | None, summary: dict[str, Any], journal: crash_record.Journal, carried: Record,
     rnd: Round,
 ) -> Outcome:  # fmt: skip
     """The round's pytest ended its session: the run's status is the worse of its exit code,
@@ -244,25 +243,18 @@ def _session_ended(
 
 
 def _amend_record(summary: dict[str, Any], status: int) -> None:
-    """The record pytest wrote states the status the run ends with (one writer before: pytest;
-    the supervisor only corrects `exit_status`)."""
+    """The record pytest wrote states the status the run ends with (the supervisor only
+    corrects its `exit_status`, through the files' one writer)."""
     paths = [Path(p) for p in (summary.get("results"), summary.get("results_copy")) if isinstance(p, str)]
     if not paths:
         return
     try:
-        document = json.loads(paths[0].read_text(encoding="utf-8"))
-        document["exit_status"] = status
-        results.rewrite_results(paths, document)
-    except (OSError, ValueError, TypeError, results.ResultsWriteError) as exc:
+        record_files.amend_written(paths, status)
+    except (OSError, ValueError, TypeError) as exc:  # ResultsWriteError is an OSError
         say(f"run_unit: could not set exit_status {status} in {paths[0]}: {exc}")
 
 
-def _not_run(nodeid: str, cause: str) -> dict[str, Any]:
-    return {"key": metrics.metric_key(nodeid), "outcome": "error", "duration": 0.0, "attempts": ["error"],
-            "crash": {"cause": f"not run: pytest died before it ({cause})", "stack": ""}}  # fmt: skip
-
-
-def _blame(rnd: Round, journal: crash_record.Journal, code: int, carried: Carried) -> list[str]:
+def _blame(rnd: Round, journal: crash_record.Journal, code: int, carried: Record) -> list[str]:
     """Record the tests the dead processes were in, with why they died; returns their ids."""
     ended = time.time()
     dead = []
@@ -279,9 +271,7 @@ def _blame(rnd: Round, journal: crash_record.Journal, code: int, carried: Carrie
         else:
             cause = f"pytest died ({crash_record.exit_cause(code)}) while its xdist worker ran it"
         cause += crash_record.where_it_died(crumb)
-        carried.tests[crumb.nodeid] = crash_record.crash_entry(
-            crumb, cause, stack, ended, carried.tests.get(crumb.nodeid)
-        )
+        carried.add_crash(crumb, cause, stack, ended)
         dead.append(crumb.nodeid)
         say(f"run_unit: CRASHED: {crumb.nodeid}: {cause}")
         if stack:
@@ -289,32 +279,15 @@ def _blame(rnd: Round, journal: crash_record.Journal, code: int, carried: Carrie
     return dead
 
 
-def _write_record(
-    journal: crash_record.Journal, carried: Carried, status: int, summary: dict[str, Any] | None
-) -> Outcome:
-    """No pytest is left to write the record: write it here, as the tracker would have, with
-    the status the run ends with (1: a test crashed; 3: pytest died outside any test)."""
-    target = journal.session.get("results_dir")
-    if not isinstance(target, str):
+def write_record(carried: Record, status: int, summary: dict[str, Any] | None) -> Outcome:
+    """No pytest is left to write the record: it is closed here, by the same `Record.close` a
+    session ends with, with the status the run ends with (1: a test crashed; 3: pytest died
+    outside any test)."""
+    if carried.results_dir is None:
         return Outcome(status, None, summary)  # the run writes no record (not on the test roots, no config)
-    start = datetime.strptime(carried.start, results.START_TIME_FORMAT) if carried.start else datetime.now()
-    root = Path(str(journal.session.get("root", ".")))
-    shard = journal.session.get("shard")
-    document = results.build_results(
-        exit_status=status,
-        git_commit=results.git_commit(root),
-        start=start,
-        metrics=carried.metrics,
-        gpu_types=sorted(carried.gpu_names),
-        coverage="not measured: the test process died",
-        memory_source=carried.memory_source,
-        tests={nodeid: results.OutcomeRecord.from_json(e) for nodeid, e in carried.tests.items()},
-        shard=shard if isinstance(shard, str) else None,
-    )
-    try:
-        latest, _dated = results.write_results(Path(target), document, start)
-    except results.ResultsWriteError as exc:
+    carried.close(status, results.DIED_COVERAGE)
+    if carried.write_error:
         return Outcome(
-            INTERNAL_ERROR, None, {**(summary or {}), "results_error": str(exc), "tests_exit_status": status}
+            INTERNAL_ERROR, None, {**(summary or {}), "results_error": carried.write_error, "tests_exit_status": status}
         )
-    return Outcome(status, None, {"exit_status": status, **(summary or {}), "results": str(latest)})
+    return Outcome(status, None, {"exit_status": status, **(summary or {}), "results": str(carried.paths[0])})

@@ -1,5 +1,6 @@
-"""The `tracker` fixture: metrics of one test, written to unit_results.json by the recorder
-(testharness.recorder, loaded with this plugin), and `session_record`, the record read live.
+"""The `tracker` fixture: metrics of one test, stored in the run's record (testharness.record,
+kept by testharness.recorder, loaded with this plugin) and written to unit_results.json with
+it, and `session_record`, the record read live.
 """
 
 from __future__ import annotations
@@ -12,9 +13,17 @@ from typing import Any
 import pytest
 
 from testharness import gpu, metrics, results
-from testharness.recorder import RecordState, coverage_of, is_active, state_of
+from testharness.contract import record_of, settings_of
+from testharness.record import Record
 
 pytest_plugins = ["testharness.recorder"]  # `-p testharness.tracker` brings the recorder too
+
+
+def _record(config: pytest.Config) -> Record:
+    record = record_of(config)
+    if record is None:
+        raise RuntimeError("session_record: the testharness tracker plugin is not active in this run")
+    return record
 
 
 # --- the fixture -------------------------------------------------------------------------
@@ -23,12 +32,10 @@ pytest_plugins = ["testharness.recorder"]  # `-p testharness.tracker` brings the
 class Tracker:
     """Records metrics for one test under `<file stem>::<test name[param id]>`."""
 
-    def __init__(self, state: RecordState, key: str) -> None:
-        self._state = state
+    def __init__(self, record: Record, key: str) -> None:
+        self._record = record
         self._key = key
-        self._metrics: dict[str, Any] = {}
-        with state.lock:
-            state.metrics[key] = self._metrics  # a rerun replaces the earlier attempt's metrics
+        record.open_metrics(key)  # a rerun replaces the earlier attempt's metrics
 
     @property
     def key(self) -> str:
@@ -36,16 +43,13 @@ class Tracker:
 
     def track(self, name: str, value: Any) -> None:
         """Record a JSON-serialisable value; anything else raises MetricError naming `name`."""
-        checked = metrics.check_metric(name, value)
-        with self._state.lock:  # a thread of the test may call this while the record is copied
-            self._metrics[name] = checked
+        self._record.put_metric(self._key, name, metrics.check_metric(name, value))
 
     def get_max_mem(self) -> float:
         """Largest GPU memory in use (MiB) on any GPU of any node; without GPUs, the peak RSS
         (MiB) of the test process and the Ray workers."""
         reading = gpu.max_memory()
-        self._state.memory_source = reading.source
-        self._state.gpu_names.update(reading.gpu_names)
+        self._record.read_memory(reading.source, reading.gpu_names)
         return reading.mib
 
     def log_max_mem(self, name: str) -> float:
@@ -58,14 +62,13 @@ class Tracker:
 @pytest.fixture
 def tracker(request: pytest.FixtureRequest) -> Iterator[Tracker]:
     """Metrics for this test, written to unit_results.json; `_elapsed` is recorded for you."""
-    state = state_of(request.config)
-    t = Tracker(state, state.key(request.node.nodeid))
+    record = _record(request.config)
+    t = Tracker(record, record.key(request.node.nodeid))
     start = time.perf_counter()
     try:
         yield t
     finally:
-        with state.lock:
-            t._metrics["_elapsed"] = time.perf_counter() - start
+        record.put_metric(t.key, "_elapsed", time.perf_counter() - start)
 
 
 class SessionRecord(Mapping[str, Any]):
@@ -80,7 +83,7 @@ class SessionRecord(Mapping[str, Any]):
 
     def __init__(self, config: pytest.Config) -> None:
         self._config = config
-        self._state = state_of(config)
+        self._state = _record(config)
         self._commit: str | None = None
 
     def __getitem__(self, key: str) -> Any:
@@ -89,16 +92,17 @@ class SessionRecord(Mapping[str, Any]):
             return st.document["exit_status"] if st.document is not None else "was not set"
         if key == "git_commit":
             if self._commit is None:
-                self._commit = results.git_commit(st.settings.root)
+                self._commit = results.git_commit(st.root)
             return self._commit
         if key == "start_time":
-            return st.start.strftime(results.START_TIME_FORMAT)
+            return st.start_time()
         if key == "metrics":
             return MappingProxyType(st.metrics)
         if key == "gpu_types":
             return sorted(st.gpu_names)
         if key == "coverage":
-            return coverage_of(self._config, st)
+            plugin = self._config.pluginmanager.getplugin("_cov")
+            return results.coverage_of(plugin, settings_of(self._config).source_packages)
         if key == "memory_unit":
             return results.MEMORY_UNIT
         if key == "memory_source":
@@ -116,6 +120,4 @@ class SessionRecord(Mapping[str, Any]):
 
 def session_record(config: pytest.Config) -> SessionRecord:
     """The live record of this session (see SessionRecord); a clear error without the tracker."""
-    if not is_active(config):
-        raise RuntimeError("session_record: the testharness tracker plugin is not active in this run")
     return SessionRecord(config)

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from testharness import atomic_io, results, tb_dump_cli
+from testharness import atomic_io, run_summary, tb_dump_cli
 from testharness.atomic_io import json_text, write_json_atomic
 from testharness.checks import cli as checks_cli
 from testharness.remote_select import store
 
 
 def test_every_writer_is_the_same_function() -> None:
-    # One writer: results (the tracker's summary), tb-dump, the checks' --json and remote-select state.
-    assert results.write_json_atomic is atomic_io.write_json_atomic
+    # One writer: the run summary, tb-dump, the checks' --json and remote-select state.
+    assert run_summary.write_json_atomic is atomic_io.write_json_atomic
     assert tb_dump_cli.write_json_atomic is atomic_io.write_json_atomic
     assert store.write_json_atomic is atomic_io.write_json_atomic  # remote-select state (compact)
     assert checks_cli.write_json_atomic is atomic_io.write_json_atomic

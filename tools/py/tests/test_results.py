@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from testharness import metrics, results
+from testharness import metrics, record_files, results
 
 START = datetime(2026, 3, 24, 23, 34, 12)
 
@@ -93,33 +93,33 @@ def test_check_metric_refuses_deep_and_self_containing_values_with_its_own_error
 def test_write_results_writes_both_files_or_neither(tmp_path: Path) -> None:
     (tmp_path / "unit_results").write_text("")  # where the dated copies go: a file
     with pytest.raises(results.ResultsWriteError) as err:
-        results.write_results(tmp_path, _doc(), START)
+        record_files.write_results(tmp_path, _doc(), START)
     assert str(err.value) == (
         f"{tmp_path / 'unit_results' / '20260324_233412.json'}: {tmp_path / 'unit_results'} is a file, not a directory"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["unit_results"]  # the latest was removed again
     with pytest.raises(results.ResultsWriteError, match="is a file, not a directory"):
-        results.write_results(tmp_path / "unit_results" / "out", _doc(), START)
+        record_files.write_results(tmp_path / "unit_results" / "out", _doc(), START)
 
 
 def test_rewrite_that_fails_removes_the_files(tmp_path: Path) -> None:
-    latest, dated = results.write_results(tmp_path, _doc(), START)
+    latest, dated = record_files.write_results(tmp_path, _doc(), START)
     dated.parent.rename(tmp_path / "moved")
     dated.parent.write_text("")  # the dated copy can no longer be replaced
     with pytest.raises(results.ResultsWriteError):
-        results.rewrite_results([latest, dated], _doc(exit_status=1))
+        record_files.rewrite_results([latest, dated], _doc(exit_status=1))
     assert not latest.exists()  # it would say exit_status 0 for a run that exits otherwise
 
 
 def test_remove_previous_says_why_a_record_stays(tmp_path: Path) -> None:
-    results.write_results(tmp_path, _doc(), START)
-    assert results.remove_previous(tmp_path) is None
+    record_files.write_results(tmp_path, _doc(), START)
+    assert record_files.remove_previous(tmp_path) is None
     assert not (tmp_path / "unit_results.json").exists() and len(list((tmp_path / "unit_results").iterdir())) == 1
-    assert results.remove_previous(tmp_path) is None  # nothing there
+    assert record_files.remove_previous(tmp_path) is None  # nothing there
     (tmp_path / "afile").write_text("")
-    assert results.remove_previous(tmp_path / "afile") is None  # nothing can be there
+    assert record_files.remove_previous(tmp_path / "afile") is None  # nothing can be there
     (tmp_path / "unit_results.json").mkdir()
-    assert results.remove_previous(tmp_path) == f"{tmp_path / 'unit_results.json'}: Is a directory"
+    assert record_files.remove_previous(tmp_path) == f"{tmp_path / 'unit_results.json'}: Is a directory"
 
 
 def test_build_results_has_every_documented_key() -> None:
@@ -134,7 +134,7 @@ def test_build_results_has_every_documented_key() -> None:
 
 
 def test_dated_copies_are_never_overwritten(tmp_path: Path) -> None:
-    paths = [results.write_results(tmp_path, _doc(exit_status=i), START)[1] for i in range(3)]
+    paths = [record_files.write_results(tmp_path, _doc(exit_status=i), START)[1] for i in range(3)]
     assert [p.name for p in paths] == [
         "20260324_233412.json", "20260324_233412_1.json", "20260324_233412_2.json",
     ]  # fmt: skip
@@ -194,7 +194,7 @@ def test_a_written_results_file_reads_back_as_the_same_run(tmp_path: Path) -> No
     outcome = results.OutcomeRecord(
         key="test_m::test_t", outcome="passed", duration=0.25, attempts=["failed", "passed"]
     )
-    latest, dated = results.write_results(tmp_path, _doc(tests={"tests/test_m.py::test_t": outcome}), START)
+    latest, dated = record_files.write_results(tmp_path, _doc(tests={"tests/test_m.py::test_t": outcome}), START)
     run = results.read_results_file(dated)
     assert run.started == START and run.git_commit == "a" * 40 and run.short_commit == "a" * 7
     assert run.metrics == {"test_m::test_t": {"v": 1.5, "_elapsed": 0.1}}

@@ -20,6 +20,7 @@ import pytest
 from records_project import read_results, run_env, run_unit_sh, write_project
 
 from testharness import crash_record
+from testharness.record import Record
 
 THIRTY = """
 import ctypes, os, re
@@ -229,7 +230,7 @@ def test_only_breadcrumbs_past_deadline_and_grace_are_overdue() -> None:
 
 
 def test_carried_rounds_keep_the_last_attempt_and_the_most_telling_memory_source() -> None:
-    carried = crash_record.Carried()
+    carried = Record()
     first = crash_record.Journal(session={"start": "2026-12-04 10:00:00"})
     first.finished["a"] = {"test": "a", "record": {"key": "ka", "outcome": "failed"}, "metrics": {"m": 1},
                            "memory": ["gpu", ["H200"]]}  # fmt: skip
@@ -238,7 +239,7 @@ def test_carried_rounds_keep_the_last_attempt_and_the_most_telling_memory_source
                             "memory": ["rss", []]}  # fmt: skip
     carried.add_journal(first)
     carried.add_journal(second)
-    assert carried.start == "2026-12-04 10:00:00"  # the run's start: the first round's
+    assert carried.start_time() == "2026-12-04 10:00:00"  # the run's start: the first round's
     assert carried.memory_source == "gpu" and carried.gpu_names == {"H200"}
     assert carried.metrics == {"ka": {"m": 1}} and carried.failed()
 
