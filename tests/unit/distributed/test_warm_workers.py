@@ -92,17 +92,6 @@ def test_groups_start_in_warm_workers_with_their_imports_done(ray_cluster) -> No
     assert cold["pid"] not in facts["warm"] and not cold["imported_before"], facts
 
 
-def test_no_warm_workers_where_ray_cannot_prestart(ray_cluster, monkeypatch: pytest.MonkeyPatch) -> None:
-    import ray
-
-    from testharness import warm_workers
-
-    monkeypatch.setitem(sys.modules, "ray._private.grpc_utils", None)  # as a Ray without the call
-    assert warm_workers.prestart(2) is False
-    assert not warm_workers._slots(ray.get_runtime_context().get_job_id()).exists()  # no slot left to claim
-    assert warm_workers.prestart(0) is False
-
-
 @pytest.mark.num_gpus(1)  # on a CPU machine there is no CUDA to leave alone
 def test_preload_leaves_cuda_uninitialised() -> None:
     """A warm worker imports before Ray gives it an actor and sets CUDA_VISIBLE_DEVICES: had
