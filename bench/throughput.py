@@ -276,6 +276,8 @@ def run_worker(args: argparse.Namespace, model_dir: Path, workers: int) -> Resul
 
 def start_ray() -> bool:
     """Start (or join) Ray with this machine's GPUs; True if we started it."""
+    # Workers run this interpreter, not a uv-built copy: Ray reads the switch when imported.
+    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
     import torch
 
     from nemo_rl.distributed.ray_cluster import init_ray

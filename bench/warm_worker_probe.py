@@ -6,9 +6,9 @@ beforehand, whose set-up hook already imported those modules.
     uv run --group test python bench/warm_worker_probe.py [--actors 3]
     PYTHONPATH=/tmp/site:$PWD python3 bench/warm_worker_probe.py      # the GPU machine (no uv)
 
-The warm half prestarts with the library's own call (nemo_rl/distributed/warm_workers.py: the
+The warm half prestarts with the harness's call (tools/py/testharness/warm_workers.py: the
 raylet's private `NodeManagerService.PrestartWorkers`, with the job's runtime environment), as
-the unit tests' xdist workers do (`init_ray(warm_workers=N)`). Each half runs in a fresh
+the unit tests' xdist workers do (tests/unit/conftest.py). Each half runs in a fresh
 cluster of its own; both install the same `worker_process_setup_hook`, so a cold actor's
 process imports the modules in its set-up and its constructor finds them imported, as a warm
 one does.
@@ -31,7 +31,7 @@ os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
 import ray
 
-from nemo_rl.distributed.warm_workers import preload, prestart
+from testharness.warm_workers import preload, prestart
 
 WARM_WAIT_S = 120.0  # for the first prestarted worker to finish its set-up
 SETTLE_S = 10.0  # then for the others (Ray may start fewer than asked: the table says which)

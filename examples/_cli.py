@@ -26,6 +26,7 @@ transformers or Ray is imported. What the user sees:
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import signal
 import subprocess
@@ -40,6 +41,12 @@ from typing import Any, NoReturn
 
 from nemo_rl.config import ConfigError, load_config, summarize
 from nemo_rl.config_upstream import resolve_upstream_keys
+
+# Under `uv run`, Ray's uv hook (on by default) would start every worker from a re-packaged copy
+# of the checkout, in a virtual environment of its own; the workers run this interpreter and
+# environment instead (and coverage follows them only then). Ray reads the switch once, when
+# `ray` is imported: the examples import it only after their config checks, below.
+os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
 ROOT = Path(__file__).resolve().parents[1]
 ERROR_LOG = "error.log"

@@ -113,7 +113,7 @@ PATCHES: dict[str, list[tuple[str, str]]] = {
         ("DTensorPolicyWorker.__init__", "actor constructor (DTensorPolicyWorker)"),
         ("DTensorPolicyWorker.reinit", "actor reinit for a new run (DTensorPolicyWorker.reinit)"),
     ],
-    "nemo_rl.distributed.warm_workers": [
+    "testharness.warm_workers": [
         ("preload", "warm worker: its imports (preload)"),
         ("prestart", "warm workers: ask the raylet (prestart)"),
     ],

@@ -1,7 +1,7 @@
 """Start or join a Ray cluster, and how long to wait on it.
 
-`init_ray()` joins an existing cluster when RAY_ADDRESS is set or a `ray start` head is
-running on this machine; otherwise it starts a local one sized to the machine
+`init_ray()` joins the cluster at `address` or RAY_ADDRESS (Ray's own variable; "auto" is this
+machine's `ray start` head); otherwise it starts a local one sized to the machine
 (`start_local_ray`).
 
 Starting Ray on a busy machine: the raylet gives the dashboard agent a fixed ~15 s to
@@ -19,13 +19,15 @@ import logging
 import math
 import os
 import re
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 import ray
+
+from nemo_rl.utils.child_coverage import child_coverage_env
 
 log = logging.getLogger(__name__)
 
@@ -89,27 +91,6 @@ class ClusterInfo:
     num_gpus: float
 
 
-# The harness has its own (testharness.real_ray): the library never imports the harness, nor the harness the library.
-def _reachable(address: str, timeout_s: float = 1.0) -> bool:
-    host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout_s):
-            return True
-    except (OSError, ValueError):
-        return False
-
-
-def local_head_address() -> str | None:
-    """Address of a live `ray start` head on this machine, ignoring stale records.
-
-    A killed head leaves `ray_current_cluster` behind; trusting it makes ray.init fail.
-    """
-    from ray._private.services import find_bootstrap_address
-
-    address = find_bootstrap_address(None)
-    return address if address and _reachable(address) else None
-
-
 def count_local_gpus() -> int:
     """GPUs of this machine that this process may use: NVML's count (no CUDA context is
     created), limited by CUDA_VISIBLE_DEVICES as CUDA (and Ray's own detection) would."""
@@ -121,7 +102,7 @@ def count_local_gpus() -> int:
             present = int(pynvml.nvmlDeviceGetCount())
         finally:
             pynvml.nvmlShutdown()
-    except Exception:  # no driver / no library: a CPU machine
+    except Exception:  # noqa: BLE001  no driver, no library, or NVML's own errors: a CPU machine
         return 0
     return visible_gpu_count(present, os.environ.get("CUDA_VISIBLE_DEVICES"))
 
@@ -149,20 +130,18 @@ def _is_start_timeout(exc: BaseException) -> bool:
     return isinstance(exc, TimeoutError) or bool(_TIMED_OUT.search(str(exc)))
 
 
-def _failed_node(exc: BaseException) -> Any:
-    """The `ray._private.node.Node` whose constructor raised `exc`, if any: its processes
-    (GCS, dashboard, monitor, raylet) are still running and nothing else will stop them."""
-    try:
-        from ray._private.node import Node
-    except ImportError:  # another Ray layout: nothing to clean up by hand
-        return None
-    tb = exc.__traceback__
-    while tb is not None:
-        candidate = tb.tb_frame.f_locals.get("self")
-        if isinstance(candidate, Node):
-            return candidate
-        tb = tb.tb_next
-    return None
+def _ray_processes() -> list[psutil.Process]:
+    """This process's children that run Ray's programs (GCS, raylet, dashboard, monitors),
+    recognised by the Ray package's directory in their command line."""
+    package = os.path.dirname(ray.__file__) + os.sep
+    found = []
+    for child in psutil.Process().children():
+        try:
+            if any(arg.startswith(package) or f" {package}" in arg for arg in child.cmdline()):
+                found.append(child)
+        except psutil.Error:
+            continue  # gone, or not ours to read
+    return found
 
 
 def _raylet_reason(logs_dir: str | None) -> str | None:
@@ -185,22 +164,40 @@ def _raylet_reason(logs_dir: str | None) -> str | None:
     return reason[:200]
 
 
-def _clean_up_failed_start(exc: BaseException) -> str | None:
-    """Stop what a failed `ray.init` left running; return its logs directory, if known."""
-    node = _failed_node(exc)
-    logs_dir = None
-    if node is not None:
+def _logs_dir(processes: list[psutil.Process]) -> str | None:
+    """The session's logs directory, from a Ray process's `--log_dir=`/`--logs-dir=` argument."""
+    for process in processes:
         try:
-            logs_dir = node.get_logs_dir_path()
-        except Exception:  # noqa: BLE001  diagnostics only
-            pass
+            args = process.cmdline()
+        except psutil.Error:
+            continue
+        for arg in args:
+            name, _, value = arg.partition("=")
+            if name in ("--log_dir", "--logs-dir") and value:
+                return value
+    return None
+
+
+def _clean_up_failed_start(before: set[int]) -> str | None:
+    """Stop what a failed `ray.init` left running (the Ray processes it started: the ones not
+    in `before`, with their children); return its logs directory, if known."""
+    started = [p for p in _ray_processes() if p.pid not in before]
+    logs_dir = _logs_dir(started)
+    doomed: list[psutil.Process] = []
+    for process in started:
         try:
-            node.kill_all_processes(check_alive=False, allow_graceful=False, wait=True)
-        except Exception as kill_error:  # noqa: BLE001  best effort; the reaper ends them at exit
-            log.warning("could not stop the processes of a failed Ray start: %s", kill_error)
+            doomed += [process, *process.children(recursive=True)]
+        except psutil.Error:
+            continue
+    for process in doomed:
+        try:
+            process.kill()
+        except psutil.Error:
+            continue  # already gone
+    psutil.wait_procs(doomed, timeout=10)
     try:
         ray.shutdown()  # the driver side, when it got that far
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001  best effort: the start already failed, and that is what is raised
         pass
     return logs_dir
 
@@ -229,6 +226,7 @@ def start_local_ray(
     while True:
         attempt += 1
         attempt_began = time.monotonic()
+        before = {p.pid for p in _ray_processes()}
         try:
             ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, **kwargs)
             if attempt > 1:
@@ -237,7 +235,7 @@ def start_local_ray(
         except Exception as exc:
             if not _is_start_timeout(exc):
                 raise
-            logs_dir = _clean_up_failed_start(exc)
+            logs_dir = _clean_up_failed_start(before)
             now = time.monotonic()
             first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             detail = first_line.split(". ")[0]
@@ -261,35 +259,28 @@ def forwarded_env() -> dict[str, str]:
     return {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
 
 
-def job_runtime_env(warm_workers: int = 0) -> dict[str, Any]:
+def job_runtime_env() -> dict[str, Any]:
     """The runtime environment of this process's Ray job: the variables every worker must get
-    unchanged (FORWARDED_ENV, from this process, whoever started the cluster), and the warm
-    workers' import hook when asked for."""
-    env: dict[str, Any] = {}
-    forwarded = forwarded_env()
-    if forwarded:
-        env["env_vars"] = forwarded
-    if warm_workers > 0:
-        from nemo_rl.distributed.warm_workers import PRELOAD_HOOK
-
-        env["worker_process_setup_hook"] = PRELOAD_HOOK
-    return env
+    unchanged (FORWARDED_ENV, from this process, whoever started the cluster), and coverage for
+    the workers when this process is measured (`child_coverage_env`)."""
+    env_vars = {**child_coverage_env(), **forwarded_env()}
+    return {"env_vars": env_vars} if env_vars else {}
 
 
 def init_ray(
     num_cpus: int | None = None,
     num_gpus: int | None = None,
-    warm_workers: int = 0,
+    address: str | None = None,
     **init_kwargs: Any,
 ) -> ClusterInfo:
     """Connect to (or start) Ray once per process; later calls return the same cluster.
-    `warm_workers`: idle workers, torch and transformers imported, started on this node for
-    this job's next actors (nemo_rl.distributed.warm_workers); `init_kwargs` go to `ray.init`.
-    Both only when this call connects."""
+    Joins the cluster at `address`, else RAY_ADDRESS; else starts a local one of `num_cpus`
+    CPUs and `num_gpus` GPUs (default: this machine's). `init_kwargs` go to `ray.init`
+    (`runtime_env` replaces `job_runtime_env()`). All only when this call connects."""
     started_here = False
     if not ray.is_initialized():
-        address = os.environ.get("RAY_ADDRESS") or local_head_address()
-        init_kwargs.setdefault("runtime_env", job_runtime_env(warm_workers))
+        address = address or os.environ.get("RAY_ADDRESS")
+        init_kwargs.setdefault("runtime_env", job_runtime_env())
         if address:
             init_kwargs.setdefault("log_to_driver", True)
             ray.init(address=address, **init_kwargs)
@@ -300,10 +291,6 @@ def init_ray(
                 **init_kwargs,
             )
             started_here = True
-        if warm_workers > 0:
-            from nemo_rl.distributed.warm_workers import prestart
-
-            prestart(warm_workers)
     resources = ray.cluster_resources()
     return ClusterInfo(
         address=ray.get_runtime_context().gcs_address,

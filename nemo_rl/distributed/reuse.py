@@ -47,11 +47,6 @@ def reuse_workers() -> Iterator[None]:
             raise errors[0]
 
 
-def reusing() -> bool:
-    """Whether a `reuse_workers()` block is open."""
-    return _kept is not None
-
-
 def keep(key: Hashable, item: Any, stop: Callable[[], None]) -> bool:
     """Keep `item` under `key` (stopped with `stop()` if nobody takes it); False, keeping
     nothing, outside a `reuse_workers()` block."""

@@ -63,10 +63,6 @@ class RayVirtualCluster:
         remove_placement_group(self.placement_group)
         self.placement_group = self._reserve()
 
-    @property
-    def use_gpus(self) -> bool:
-        return self.gpus_per_worker > 0
-
     def shutdown(self) -> None:
         remove_placement_group(self.placement_group)
 

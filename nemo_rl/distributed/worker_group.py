@@ -3,7 +3,7 @@
 Workers are given RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT in their environment and
 call `init_distributed()` (below) from their constructor: gloo on CPU, nccl on GPU. Where the
 job's own runtime environment has what the caller asked for, every worker runs in it (so that
-a warm worker can take it, warm_workers.py): a rank of a larger group gets its variables from
+an idle worker the job's set-up prepared can take it, e.g. the test suite's warm workers): a rank of a larger group gets its variables from
 its constructor's wrapper (`_setting_env`) before the class's own code runs, and a group of
 one needs none (`init_distributed()` makes it rank 0 of 1 on a free port). Elsewhere each
 worker gets a runtime environment with them all.

@@ -41,7 +41,3 @@ class CheckpointManager:
         os.replace(tmp, path / "training_state.json")
         for old in self.complete_steps()[: -self.keep_top_k] if self.keep_top_k > 0 else []:
             shutil.rmtree(self.step_dir(old), ignore_errors=True)
-
-    @staticmethod
-    def read_state(path: Path) -> dict[str, Any]:
-        return json.loads((path / "training_state.json").read_text())  # type: ignore[no-any-return]

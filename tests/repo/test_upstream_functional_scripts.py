@@ -141,10 +141,13 @@ def test_upstreams_sft_sh_passes_from_the_project_root(project: Path, tmp_path: 
     assert len(ran_policy) >= 2, [_lines(w, worker_code) for w in workers]
 
 
+# A driver that starts a Python process as init_ray starts the job's Ray workers: with the job's
+# runtime environment (under coverage: this run's config, for the children, in parallel mode).
 CHILD = """
-import subprocess, sys
-import nemo_rl  # under coverage: hands this run's config to child processes
-subprocess.run([sys.executable, "-c", "import nemo_rl.config"], check=True)
+import os, subprocess, sys
+from nemo_rl.distributed.ray_cluster import job_runtime_env
+env = {**os.environ, **job_runtime_env().get("env_vars", {})}
+subprocess.run([sys.executable, "-c", "import nemo_rl.config"], check=True, env=env)
 """
 
 
@@ -171,14 +174,15 @@ def test_coverage_run_append_works_and_measures_child_processes(tmp_path: Path) 
 
 
 def test_a_coverage_without_a_config_file_hands_nothing_on() -> None:
-    """pytest-testmon measures with Coverage(config_file=False): its children stay unmeasured."""
+    """pytest-testmon measures with Coverage(config_file=False): its Ray workers stay unmeasured."""
     code = (
         "import os, coverage\n"
         "c = coverage.Coverage(data_file=None, config_file=False)\n"
         "c.start()\n"
-        "import nemo_rl\n"
+        "from nemo_rl.distributed.ray_cluster import job_runtime_env\n"
+        "env = job_runtime_env().get('env_vars', {})\n"
         "c.stop()\n"
-        "print(repr(os.environ.get('COVERAGE_PROCESS_CONFIG')))\n"
+        "print(repr(env.get('COVERAGE_PROCESS_CONFIG')))\n"
     )
     proc = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=60

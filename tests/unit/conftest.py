@@ -32,7 +32,7 @@ UNIT_DIR = Path(__file__).resolve().parent
 os.environ.setdefault("RAY_worker_niceness", "0")
 # Under `uv run`, Ray would start every worker from a uv-built copy of the project (the
 # working directory packed, a venv made per job): the tests want this interpreter and
-# environment, as-is (and coverage follows workers only then).
+# environment, as-is (and coverage follows workers only then). Ray reads it when imported.
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 # Ray prestarts one idle worker per logical CPU when a driver connects (16 interpreters
 # importing Ray on a 16-core GPU machine, for each cluster a test or an example starts); the
@@ -50,12 +50,19 @@ def session_cpus(workers: int) -> int:
     return max(os.cpu_count() or 1, 4 * workers)
 
 
-def pytest_testharness_start_ray(config: pytest.Config, workers: int) -> str:
-    """The Ray cluster of a `-n` run, started by the xdist controller with the library's own
-    start-up (retried on a busy machine)."""
+def join_or_start_ray(**init_kwargs: Any) -> Any:
+    """The library's `init_ray`, joining RAY_ADDRESS or else this machine's `ray start --head`
+    (docs/unit-tests.md: a session reuses a running cluster), else starting one (retried on a
+    busy machine). Joining a head it did not name is the suite's habit, not the library's."""
     from nemo_rl.distributed.ray_cluster import init_ray
+    from testharness.real_ray import local_head_address
 
-    info = init_ray(num_cpus=session_cpus(workers))
+    return init_ray(address=os.environ.get("RAY_ADDRESS") or local_head_address(), **init_kwargs)
+
+
+def pytest_testharness_start_ray(config: pytest.Config, workers: int) -> str:
+    """The Ray cluster of a `-n` run, started by the xdist controller."""
+    info = join_or_start_ray(num_cpus=session_cpus(workers))
     return info.address
 
 
@@ -63,7 +70,7 @@ MAX_WARM_WORKERS = 3  # the most actors one test file of the suite starts at onc
 
 
 def warm_workers_wanted(workers: int) -> int:
-    """Warm Ray workers (nemo_rl.distributed.warm_workers) each of `workers` xdist workers'
+    """Warm Ray workers (testharness.warm_workers) each of `workers` xdist workers'
     jobs asks for: NRL_WARM_WORKERS, or by default as many as the cores left beyond one per
     xdist worker allow, up to MAX_WARM_WORKERS. A warm worker imports for seconds on a core of
     its own: it pays where cores would idle while the workers collect
@@ -82,14 +89,27 @@ _joined_early = False  # this xdist worker joined the run's cluster before its f
 _joining: threading.Thread | None = None
 
 
+def measure_child_processes(config: pytest.Config) -> None:
+    """Under `--cov`, every Python process a test starts (an example run as a user runs it, and
+    its Ray workers) is measured too; the library hands coverage only to its own Ray jobs."""
+    if getattr(config.option, "cov_source", None):
+        from nemo_rl.utils.child_coverage import child_coverage_env
+
+        os.environ.update(child_coverage_env())
+
+
+@pytest.hookimpl(trylast=True)  # pytest-cov measures an xdist worker from its own sessionstart on
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """With warm workers, an xdist worker of a `-n` run joins the run's cluster and asks for
+    """Coverage handed to the processes the tests start (`measure_child_processes`).
+
+    With warm workers, an xdist worker of a `-n` run joins the run's cluster and asks for
     them in a thread while it collects: they import torch and transformers beside its
     collection, and its first actor starts in a process that is ready (asked for just before
     the actor, a warm worker is only a second process importing the same). The collection does
     not wait for the cluster, which the controller starts while the workers start. Otherwise the
     harness joins it before the first test."""
     global _joining
+    measure_child_processes(session.config)
     workerinput = getattr(session.config, "workerinput", None)
     if workerinput is None or not (count := warm_workers_wanted(int(workerinput.get("workercount", 1)))):
         return
@@ -109,18 +129,20 @@ def _join_early(config: pytest.Config, count: int) -> None:
         return
     import logging
 
-    from nemo_rl.distributed.ray_cluster import init_ray
+    from nemo_rl.distributed.ray_cluster import init_ray, job_runtime_env
+    from testharness import warm_workers
 
     # WARNING: not "Connecting to existing Ray cluster" once per worker, outside any test; nor
     # Ray's note that a driver connected outside the main thread sets no SIGTERM handler (the
     # harness keeps its own).
     logging.getLogger("ray._private.worker").addFilter(lambda record: "main thread" not in record.getMessage())
     try:
-        init_ray(warm_workers=count, logging_level=logging.WARNING)
+        init_ray(runtime_env=warm_workers.with_preload_hook(job_runtime_env()), logging_level=logging.WARNING)
     except Exception as exc:  # noqa: BLE001  the ray_cluster fixture tries again and fails the tests that need it
         print(f"warm Ray workers: could not join the run's cluster: {exc}", file=sys.stderr)
         return
     _joined_early = True
+    warm_workers.prestart(count)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -159,14 +181,14 @@ def tiny_qwen2(test_assets: Path) -> str:
 
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[object]:
-    """Start Ray once for the session (or join RAY_ADDRESS / a local head) and stop what we started."""
+    """Start Ray once for the session (or join RAY_ADDRESS / a local `ray start` head) and stop what we started."""
     import ray
 
-    from nemo_rl.distributed.ray_cluster import RayStartError, init_ray
+    from nemo_rl.distributed.ray_cluster import RayStartError
 
     already = ray.is_initialized() and not _joined_early
     try:
-        info = init_ray()  # a busy machine: retried for up to NRL_RAY_START_TIMEOUT_S
+        info = join_or_start_ray()  # a busy machine: retried for up to NRL_RAY_START_TIMEOUT_S
     except RayStartError as exc:
         pytest.fail(str(exc), pytrace=False)  # one line, repeated by every test that needs Ray
     yield info

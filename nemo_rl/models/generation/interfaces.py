@@ -1,8 +1,8 @@
-"""The generation interface the algorithms use; a faster backend (e.g. vLLM) implements the same."""
+"""What generation takes and gives: the config and the output the algorithms read."""
 
 from __future__ import annotations
 
-from typing import Protocol, TypedDict
+from typing import TypedDict
 
 from torch import Tensor
 
@@ -26,7 +26,3 @@ class GenerationOutput(TypedDict):
     response_mask: Tensor
     prompt_length: int
     stop_reasons: list[str]
-
-
-class GenerationBackend(Protocol):
-    def generate(self, input_ids: Tensor, attention_mask: Tensor, cfg: GenerationConfig) -> GenerationOutput: ...

@@ -1,5 +1,5 @@
-"""Warm Ray workers (nemo_rl.distributed.warm_workers) on a real cluster: a job that asks for
-them gets idle processes that imported torch and transformers before any actor existed, a
+"""Warm Ray workers (testharness.warm_workers, as tests/unit/conftest.py asks for them) with the
+library's worker groups, on a real cluster: a job that asks for them gets idle processes that imported torch and transformers before any actor existed, a
 worker group of one starts its actor in one of them, as rank 0 of 1, so does a rank of a larger
 group (its rank's variables come with its constructor), and the job's later worker processes
 import nothing."""
@@ -24,8 +24,8 @@ DRIVER = textwrap.dedent(
     """
     import json, os, sys, time
     import ray
-    from nemo_rl.distributed import warm_workers
-    from nemo_rl.distributed.ray_cluster import init_ray
+    from testharness import warm_workers
+    from nemo_rl.distributed.ray_cluster import init_ray, job_runtime_env
     from nemo_rl.distributed.virtual_cluster import RayVirtualCluster
     from nemo_rl.distributed.worker_group import RayWorkerGroup, init_distributed
 
@@ -39,7 +39,8 @@ DRIVER = textwrap.dedent(
             return {"pid": os.getpid(), "imported_before": self.imported_before,
                     "rank": dist.get_rank(), "world": dist.get_world_size()}
 
-    init_ray(warm_workers=2)
+    init_ray(runtime_env=warm_workers.with_preload_hook(job_runtime_env()))
+    assert warm_workers.prestart(2)
     job = ray.get_runtime_context().get_job_id()
 
     def warm_pids():
@@ -91,24 +92,13 @@ def test_groups_start_in_warm_workers_with_their_imports_done(ray_cluster) -> No
     assert cold["pid"] not in facts["warm"] and not cold["imported_before"], facts
 
 
-def test_no_warm_workers_where_ray_cannot_prestart(ray_cluster, monkeypatch: pytest.MonkeyPatch) -> None:
-    import ray
-
-    from nemo_rl.distributed import warm_workers
-
-    monkeypatch.setitem(sys.modules, "ray._private.grpc_utils", None)  # as a Ray without the call
-    assert warm_workers.prestart(2) is False
-    assert not warm_workers._slots(ray.get_runtime_context().get_job_id()).exists()  # no slot left to claim
-    assert warm_workers.prestart(0) is False
-
-
 @pytest.mark.num_gpus(1)  # on a CPU machine there is no CUDA to leave alone
 def test_preload_leaves_cuda_uninitialised() -> None:
     """A warm worker imports before Ray gives it an actor and sets CUDA_VISIBLE_DEVICES: had
     the imports initialised CUDA, the actor would see every GPU of the machine. So the
     variable set after the imports must still decide what CUDA shows (here: no GPU)."""
     code = (
-        "import os; from nemo_rl.distributed.warm_workers import preload; preload(); "
+        "import os; from testharness.warm_workers import preload; preload(); "
         "os.environ['CUDA_VISIBLE_DEVICES'] = ''; import torch; "
         "print(torch.cuda.device_count())"
     )

@@ -335,6 +335,41 @@ def owned_refs(ray: ModuleType) -> list[Any] | None:
     return refs
 
 
+# --- Ray's private API: warm workers (testharness.warm_workers) --------------------------------
+
+
+def session_dir(ray: ModuleType) -> str | None:
+    """This process's Ray session folder (a driver's and its node's workers' alike); None where
+    this process has no session or this Ray differs."""
+    try:
+        return str(ray._private.worker.global_worker.node.get_session_dir_path())
+    except Exception:  # noqa: BLE001  not connected, or Ray's private API differs between releases
+        return None
+
+
+def prestart_workers(ray: ModuleType, count: int, keep_alive_s: int) -> None:
+    """Ask this node's raylet to start `count` idle workers for this job and its runtime
+    environment (its private gRPC `NodeManagerService.PrestartWorkers`); an unused one ends
+    after `keep_alive_s`. Raises where this Ray has no such call or the raylet refused: the
+    caller's actors then start in new processes, as they would anyway."""
+    from ray._private.grpc_utils import init_grpc_channel
+    from ray.core.generated import common_pb2, node_manager_pb2, node_manager_pb2_grpc
+
+    # Private and generated modules: nothing to type-check against.
+    worker: Any = ray._private.worker.global_worker
+    messages: Any = node_manager_pb2
+    common: Any = common_pb2
+    job = ray.get_runtime_context().get_job_id()
+    request = messages.PrestartWorkersRequest(
+        language=common.PYTHON, job_id=bytes.fromhex(job), keep_alive_duration_secs=keep_alive_s, num_workers=count
+    )
+    job_config = worker.core_worker.get_job_config()
+    request.runtime_env_info.ParseFromString(job_config.runtime_env_info.SerializeToString())
+    node = worker.node
+    channel = init_grpc_channel(f"{node.node_ip_address}:{node.node_manager_port}")
+    node_manager_pb2_grpc.NodeManagerServiceStub(channel).PrestartWorkers(request, timeout=30)
+
+
 def task_function_manager() -> type | None:
     """Ray's FunctionActorManager class, whose `get_execution_info` hands a worker the function
     of each task it runs (remote_select's worker tracer wraps it); None where this Ray has none.

@@ -33,7 +33,7 @@ def batch(tokenizer, test_assets):
 def policy(ray_cluster, tiny_llama: str, tokenizer):
     # After the tokenizer, whichever test comes first: loading one imports much of transformers
     # and torch.distributed in this process (seconds), time in which the actor's warm Ray
-    # worker (nemo_rl.distributed.warm_workers) finishes its own imports; the other way round,
+    # worker (testharness.warm_workers) finishes its own imports; the other way round,
     # this process waits for that worker, then imports.
     p = Policy(policy_config(tiny_llama), cluster_from_config(1, one_worker_gpus()))
     yield p

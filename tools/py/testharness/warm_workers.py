@@ -3,19 +3,19 @@ transformers already imported.
 
 Every Ray actor gets a worker process of its own; a policy worker's then spends most of its
 start importing torch, torch.distributed.tensor and transformers (about 8 s of 11 s on an
-H200 machine, bench/warm_worker_probe.py). A job that asks for N warm workers
-(`init_ray(warm_workers=N)`) has the local raylet start N worker processes at once; they
-import those modules while the driver goes on, and the job's next N actors whose runtime
-environment is the job's own start in them.
+H200 machine, bench/warm_worker_probe.py). A job that wants N warm workers connects with
+`with_preload_hook(runtime_env)` as its runtime environment and then calls `prestart(N)`: the
+local raylet starts N worker processes at once; they import those modules while the driver goes
+on, and the job's next N actors whose runtime environment is the job's own start in them.
+A test suite's sessions ask for them (tests/unit/conftest.py, under -n where cores are spare).
 
 Ray 2.60 has no public call for that: `prestart` asks the raylet over its private gRPC API
-(`NodeManagerService.PrestartWorkers`, the call behind Ray's own per-CPU prestart), and does
-nothing where this Ray lacks it. The imports run in Ray's `worker_process_setup_hook`, which
-every worker process of the job runs; only the first N to start claim a slot (a file the
+(`real_ray.prestart_workers`: `NodeManagerService.PrestartWorkers`, the call behind Ray's own
+per-CPU prestart), and does nothing where this Ray lacks it. The imports run in Ray's
+`worker_process_setup_hook`, which every worker process of the job runs (the harness is
+installed, so they import this module); only the first N to start claim a slot (a file the
 driver made) and import: a worker started later for a small task or actor pays nothing. An
-actor given a runtime environment of its own (env_vars) never gets a warm worker:
-RayWorkerGroup runs its workers in the job's environment where it can (a rank's variables
-come with its constructor).
+actor given a runtime environment of its own (env_vars) never gets a warm worker.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import ray
+from testharness import real_ray
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +65,20 @@ def preload() -> None:
             continue
 
 
+def with_preload_hook(runtime_env: dict[str, Any]) -> dict[str, Any]:
+    """`runtime_env` with this module's set-up hook: the job's workers that claim a slot preload."""
+    return {**runtime_env, "worker_process_setup_hook": PRELOAD_HOOK}
+
+
 def _slots(job_hex: str) -> Path:
     """This job's slot folder, in the Ray session's own folder (a job id is unique only
-    within its cluster; the driver and its workers on this node see the same folder)."""
-    node: Any = ray._private.worker.global_worker.node  # private: the session of this process
-    return Path(node.get_session_dir_path(), "nrl_warm_workers", job_hex)
+    within its cluster; the driver and its workers on this node see the same folder).
+    Raises where there is no Ray session (or this Ray differs)."""
+    ray = real_ray.imported()
+    session = real_ray.session_dir(ray) if ray is not None else None
+    if session is None:
+        raise RuntimeError("no Ray session in this process")
+    return Path(session, "testharness_warm_workers", job_hex)
 
 
 def preload_if_claimed() -> None:
@@ -77,7 +86,7 @@ def preload_if_claimed() -> None:
     `prestart` made (removing the file is the claim: one process wins each), else nothing."""
     try:
         names = sorted(os.listdir(slots := _slots(os.environ.get("RAY_JOB_ID", ""))))
-    except Exception:  # noqa: BLE001  no slots (none asked for), or a Ray that differs: no imports
+    except (OSError, RuntimeError):  # no slots (none asked for), or no session: no imports
         return
     for name in names:
         try:
@@ -91,33 +100,19 @@ def preload_if_claimed() -> None:
 def prestart(count: int, keep_alive_s: int = KEEP_ALIVE_S) -> bool:
     """Ask this node's raylet to start `count` idle workers for this job and its runtime
     environment (the raylet starts at most one per free CPU); the first `count` of the job's
-    worker processes to start then preload. False where this Ray has no such call, or the
-    raylet refused."""
-    if count <= 0:
+    worker processes to start then preload (when the job was started `with_preload_hook`).
+    False where this process is not connected, this Ray has no such call, or the raylet refused."""
+    ray = real_ray.connected()
+    if count <= 0 or ray is None:
         return False
-    job = ray.get_runtime_context().get_job_id()
     slots: Path | None = None
     try:
-        slots = _slots(job)
+        slots = _slots(real_ray.job_hex(ray))
         slots.mkdir(parents=True, exist_ok=True)
         atexit.register(shutil.rmtree, slots, ignore_errors=True)
         for i in range(count):
             (slots / str(i)).touch()
-        from ray._private.grpc_utils import init_grpc_channel
-        from ray.core.generated import common_pb2, node_manager_pb2, node_manager_pb2_grpc
-
-        # Private and generated modules: nothing to type-check against.
-        worker: Any = ray._private.worker.global_worker
-        messages: Any = node_manager_pb2
-        common: Any = common_pb2
-        request = messages.PrestartWorkersRequest(
-            language=common.PYTHON, job_id=bytes.fromhex(job), keep_alive_duration_secs=keep_alive_s, num_workers=count
-        )
-        job_config = worker.core_worker.get_job_config()
-        request.runtime_env_info.ParseFromString(job_config.runtime_env_info.SerializeToString())
-        node = worker.node
-        channel = init_grpc_channel(f"{node.node_ip_address}:{node.node_manager_port}")
-        node_manager_pb2_grpc.NodeManagerServiceStub(channel).PrestartWorkers(request, timeout=30)
+        real_ray.prestart_workers(ray, count, keep_alive_s)
         return True
     except Exception as exc:  # noqa: BLE001  a private API: any Ray that differs starts actors cold
         if slots is not None:
