@@ -88,7 +88,7 @@ def test_importing_every_module_leaves_the_environment_unchanged(measured: bool,
 
 
 def test_the_library_uses_no_private_ray_api() -> None:
-    """Ray's private modules change between releases: the harness's real_ray.py is the one place
+    """Ray's private modules change between releases: the harness's real_ray package is the one place
     that may use them (for the test side's needs), never the library."""
     private = ("ray._private", "ray._raylet", "ray.core.generated", "ray.util.client")
     users = sorted(

@@ -26,6 +26,7 @@ from unittest import mock
 
 import pytest
 
+import testharness
 from testharness import real_ray
 
 # Asserted inside the inner runs' tests: what the plugin did, seen from a test.
@@ -220,7 +221,7 @@ def test_real_ray_load_says_why_when_ray_is_not_installed(tmp_path: Path) -> Non
     # also holds the other packages, Ray among them).
     tools_py = tmp_path / "harness_only"
     tools_py.mkdir()
-    (tools_py / "testharness").symlink_to(Path(real_ray.__file__).resolve().parent)
+    (tools_py / "testharness").symlink_to(Path(testharness.__file__).resolve().parent)
     env = {**os.environ, "PYTHONPATH": str(tools_py)}
     code = f"TOOLS_PY = {str(tools_py)!r}\n" + code
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
