@@ -125,13 +125,8 @@ def _recorded_durations(config: pytest.Config) -> dict[str, float]:
     different orders.
     """
     from testharness.history import load_history, planning_durations
-    from testharness.settings import SettingsError
 
-    try:
-        directory = history_dir_of(config)
-    except SettingsError:
-        return {}  # the settings' own check reports it
-    return planning_durations(load_history(directory, last=20).runs)
+    return planning_durations(load_history(history_dir_of(config), last=20).runs)
 
 
 def _default_start(workers: int) -> str:
