@@ -30,6 +30,11 @@ FUNCTION="    def generate("
 EXPECTED="tests/unit/algorithms/test_eval.py::test_eval_scores_the_base_model_and_each_checkpoint
 tests/unit/algorithms/test_grpo.py::test_one_grpo_step_through_ray
 tests/unit/models/policy/test_dtensor_worker.py::test_generation_is_seeded"
+# Also run, and pass, whenever the file changes: they import every library module in a fresh
+# process (what importing does to the environment), so the remote-aware selection's static
+# closure of these process-starting tests holds every module of nemo_rl.
+CHANGED_FILE_ALSO="tests/unit/test_import_side_effects.py::test_importing_every_module_leaves_the_environment_unchanged[plain]
+tests/unit/test_import_side_effects.py::test_importing_every_module_leaves_the_environment_unchanged[under-coverage]"
 
 # Tracked and untracked (not ignored) files; the test assets are git-ignored: linked.
 if git -C "$ROOT" rev-parse --git-dir >/dev/null 2>&1; then
@@ -56,7 +61,8 @@ cp "$TARGET" "$ORIG"
 fail() { echo "testmon walk: FAIL: $*" >&2; exit 1; }
 
 # walk STEP EXPECTED_RC OUTCOME [ARGS]: the README command, then checks. OUTCOME: none (nothing
-# ran), all (the seed), passed or failed (exactly the EXPECTED tests ran, with that outcome).
+# ran), all (the seed), passed or failed (exactly the EXPECTED tests ran, with that outcome, and
+# with FILE_CHANGED=1 the CHANGED_FILE_ALSO tests too, passed).
 walk() {
   local step=$1 want_rc=$2 want_outcome=$3 rc=0
   local args=("${@:4}")
@@ -78,7 +84,9 @@ walk() {
     done <<<"$EXPECTED"
   else
     local want
-    want=$(sed "s/\$/ $want_outcome/" <<<"$EXPECTED" | sort)
+    want=$(sed "s/\$/ $want_outcome/" <<<"$EXPECTED")
+    [[ ${FILE_CHANGED:-0} == 1 ]] && want+=$'\n'$(sed 's/$/ passed/' <<<"$CHANGED_FILE_ALSO")
+    want=$(sort <<<"$want")
     [[ $ran == "$want" ]] || fail "$step: ran"$'\n'"$ran"$'\n'"expected"$'\n'"$want"
   fi
 }
@@ -109,12 +117,12 @@ else
 fi
 walk no-change 0 none  # testmon exits 0 when it deselected everything
 edit "        cfg = dict(cfg)  # a copy: same behaviour"
-walk same-behaviour-edit 0 passed
+FILE_CHANGED=1 walk same-behaviour-edit 0 passed
 walk again 0 none
 edit "        raise RuntimeError('broken on purpose by .ci/testmon_walk.sh')"
-walk broken 1 failed "${PARALLEL[@]}"
+FILE_CHANGED=1 walk broken 1 failed "${PARALLEL[@]}"
 walk still-broken 1 failed
 cp "$ORIG" "$TARGET"
-walk fixed 0 passed "${PARALLEL[@]}"
+FILE_CHANGED=1 walk fixed 0 passed "${PARALLEL[@]}"
 walk after-fix 0 none
 echo "testmon walk: OK"
