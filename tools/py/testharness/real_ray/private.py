@@ -134,7 +134,10 @@ def prestart_workers(ray: ModuleType, count: int, keep_alive_s: int) -> None:
     environment (its private gRPC `NodeManagerService.PrestartWorkers`); an unused one ends
     after `keep_alive_s`. Raises where this Ray has no such call or the raylet refused: the
     caller's actors then start in new processes, as they would anyway."""
-    from ray._private.grpc_utils import init_grpc_channel
+    try:
+        from ray._private.grpc_utils import init_grpc_channel
+    except ImportError:  # Ray 2.46: in ray._private.utils
+        from ray._private.utils import init_grpc_channel  # type: ignore[no-redef]
     from ray.core.generated import common_pb2, node_manager_pb2, node_manager_pb2_grpc
 
     # Private and generated modules: nothing to type-check against.
