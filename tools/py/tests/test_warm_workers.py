@@ -6,7 +6,6 @@ That actors then start in the warm processes with their imports done is the unit
 from __future__ import annotations
 
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -49,7 +48,9 @@ def test_prestarted_workers_start_for_this_job_and_claim_the_slots(ray_cluster: 
 
 
 def test_no_warm_workers_where_ray_cannot_prestart(ray_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "ray._private.grpc_utils", None)  # as a Ray without the call
+    from ray.core.generated import node_manager_pb2
+
+    monkeypatch.delattr(node_manager_pb2, "PrestartWorkersRequest")  # as a Ray without the call
     assert warm_workers.prestart(3) is False
     assert not warm_workers._slots(real_ray.job_hex(ray_cluster)).exists()  # no slot left to claim
     assert warm_workers.prestart(0) is False
