@@ -137,7 +137,7 @@ def prestart_workers(ray: ModuleType, count: int, keep_alive_s: int) -> None:
     try:
         from ray._private.grpc_utils import init_grpc_channel
     except ImportError:  # Ray 2.46: in ray._private.utils
-        from ray._private.utils import init_grpc_channel  # type: ignore[no-redef]
+        from ray._private.utils import init_grpc_channel  # type: ignore[no-redef,attr-defined]
     from ray.core.generated import common_pb2, node_manager_pb2, node_manager_pb2_grpc
 
     # Private and generated modules: nothing to type-check against.
