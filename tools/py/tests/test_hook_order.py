@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 
 import pytest
+from records_project import PYPROJECT
 
 from testharness.crash_record import SUPERVISE_DIR_ENV
 
@@ -66,17 +67,9 @@ def pytest_sessionfinish(session):
     return (yield)
 """
 
-PROJECT = """
-[tool.testharness]
-results_dir = "out"
-test_roots = ["tests"]
-[tool.pytest.ini_options]
-testpaths = ["tests"]
-"""
-
 
 def real_orders(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[str, list]]:
-    pytester.makepyprojecttoml(PROJECT)
+    pytester.makepyprojecttoml(PYPROJECT)
     pytester.makeconftest(DUMPER)
     pytester.makepyfile(
         **{"tests/test_a.py": "def test_a():\n    pass\n", "tests/test_b.py": "def test_b():\n    pass\n"}
