@@ -7,6 +7,13 @@ context creation (torch.cuda's lazy init), torch.distributed start (init_process
 NCCL or gloo), model load (from_pretrained), worker-group start and shutdown (the driver's
 wait for the actors), the life of every nested pytest process (pytester subprocesses), and
 every test's protocol with its node id ("what": the run's timeline).
+
+For the cost of each test (bench/harness_suite_costs.py), every record also names the test
+whose protocol was running when its process (or an ancestor) started ("test": an outer test
+sets PHASE_TEST while it runs, which its subprocesses, their Ray clusters and Ray's workers
+inherit), sleeps of 50 ms or more on a main thread are timed, and every process logs its
+life and CPU seconds at exit ("process life", with "kind": nested pytest, xdist worker, Ray
+worker, Ray daemon or other; processes killed by a signal log none).
 Nothing is changed but the timing; another sitecustomize on the path is still run.
 """
 
@@ -26,10 +33,13 @@ from typing import Any
 LOG = os.environ.get("PHASE_LOG", "")
 
 
-def _record(phase: str, start: float, end: float, what: str = "") -> None:
-    rec = {"phase": phase, "start": start, "end": end, "pid": os.getpid()}
+def _record(phase: str, start: float, end: float, what: str = "", **extra: Any) -> None:
+    rec: dict[str, Any] = {"phase": phase, "start": start, "end": end, "pid": os.getpid(), **extra}
     if what:
         rec["what"] = what
+    test = os.environ.get("PHASE_TEST")
+    if test:
+        rec["test"] = test
     line = json.dumps(rec) + "\n"
     fd = os.open(LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
@@ -86,9 +96,14 @@ def _timed_test(fn: Any) -> Any:
     @functools.wraps(fn)
     def wrapper(item: Any, *args: Any, **kwargs: Any) -> Any:
         t0 = time.time()
+        outer = os.environ.get("PHASE_TEST")
+        if outer is None:  # an outer test: what it starts is charged to it
+            os.environ["PHASE_TEST"] = item.nodeid
         try:
             return fn(item, *args, **kwargs)
         finally:
+            if outer is None:
+                os.environ.pop("PHASE_TEST", None)
             _record(TEST_PHASE, t0, time.time(), item.nodeid)
 
     return wrapper
@@ -125,8 +140,54 @@ class _Finder(importlib.abc.MetaPathFinder):
         return None
 
 
+def _timed_sleep(sleep: Any) -> Any:
+    """time.sleep on a main thread, 50 ms or more: a test's polls and fixed waits."""
+    import threading
+
+    @functools.wraps(sleep)
+    def wrapper(seconds: float) -> None:
+        if seconds < 0.05 or threading.current_thread() is not threading.main_thread():
+            return sleep(seconds)  # type: ignore[no-any-return]
+        t0 = time.time()
+        try:
+            sleep(seconds)
+        finally:
+            _record("sleep (main thread)", t0, time.time())
+
+    return wrapper
+
+
+def _argv() -> str:
+    """The whole command line: at this point sys.argv of `python -m pytest` is only ['-m', ...]."""
+    return " ".join(getattr(sys, "orig_argv", sys.argv))
+
+
+def _kind() -> str:
+    argv = _argv()
+    if "default_worker.py" in argv:
+        return "Ray worker"
+    if "ray" in argv and any(d in argv for d in ("dashboard", "monitor.py", "log_monitor", "runtime_env")):
+        return "Ray daemon"
+    if _nested_pytest():
+        return "nested pytest"
+    if sys.argv[:1] == ["-c"] and os.environ.get("PHASE_IN_PYTEST") == "1":
+        return "xdist worker or python -c"
+    return "other python"
+
+
+def _log_life() -> None:
+    began = time.time()
+    kind = _kind()
+
+    def at_exit() -> None:
+        cpu = os.times()
+        _record("process life", began, time.time(), kind=kind, cpu=cpu.user + cpu.system)
+
+    atexit.register(at_exit)
+
+
 def _nested_pytest() -> bool:
-    argv = " ".join(sys.argv)
+    argv = _argv()
     return "pytest" in argv and os.environ.get("PHASE_IN_PYTEST") == "1"
 
 
@@ -134,10 +195,13 @@ def _install() -> None:
     if not LOG:
         return
     sys.meta_path.insert(0, _Finder())
+    time.sleep = _timed_sleep(time.sleep)
+    if os.environ.get("PHASE_TEST"):  # a process some test started, at any depth
+        _log_life()
     if _nested_pytest():  # a pytest started by a test: time its whole life
         began = time.time()
         atexit.register(lambda: _record("pytester subprocess (nested pytest)", began, time.time()))
-    elif "pytest" in " ".join(sys.argv):
+    elif "pytest" in _argv():
         os.environ["PHASE_IN_PYTEST"] = "1"  # the outer run's children are the nested ones
 
 
