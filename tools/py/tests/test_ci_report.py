@@ -85,7 +85,9 @@ def test_junit_keeps_any_id_whole_and_well_formed() -> None:
     assert {(e.get("message"), e.text) for e in errors if e is not None} == {("error: \\x02", "\\udcff")}
 
 
-def test_an_output_path_is_refused_where_writing_it_would_lose_something_or_hang(tmp_path: Path) -> None:
+def test_an_output_path_is_refused_where_writing_it_would_lose_something_or_hang(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     record, history = tmp_path / "out" / "unit_results.json", tmp_path / "out" / "unit_results"
     history.mkdir(parents=True)
     record.write_text("{}")
@@ -104,6 +106,9 @@ def test_an_output_path_is_refused_where_writing_it_would_lose_something_or_hang
     assert problem(tmp_path / "new" / "dirs" / "x.xml") is None  # made when written
     assert (problem(tmp_path / "new" / "x.md", make_dirs=False) or "").startswith("cannot be created")
     assert problem(tmp_path / "file") is None and problem(tmp_path / "x.md", make_dirs=False) is None
+    monkeypatch.setattr(ci_report.os, "access", lambda *_args: False)  # as a user without write permission (not root)
+    assert problem(tmp_path / "file") == "is not writable"
+    assert problem(tmp_path / "new.xml") == f"cannot be written: no permission to write in {tmp_path.resolve()}"
 
 
 def rendered(markdown: str) -> ET.Element:
@@ -189,6 +194,10 @@ def test_step_summary_appends_only_under_github_actions(tmp_path: Path, monkeypa
     ci_report.append_step_summary("one")
     ci_report.append_step_summary("two")
     assert path.read_text() == "one\ntwo\n"
+    os.mkfifo(tmp_path / "fifo")
+    monkeypatch.setenv(ci_report.SUMMARY_ENV, str(tmp_path / "fifo"))
+    with pytest.raises(OSError):  # no reader: an error at once, never a wait (the functional summary's path)
+        ci_report.append_step_summary("three")
 
 
 CRASHY = """
