@@ -13,12 +13,14 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from testharness import ci_report
+from testharness.history import HISTORY_ENV, RESULTS_DIR_ENV
 from testharness.requirements import first_option_problem
+from testharness.results import DATED_DIR, RESULTS_NAME
 from testharness.settings import MarkerGroup, Settings, SettingsError, load_settings
 from testharness.supervisor import supervise
 from testharness.upstream_paths import has_path_arg, map_upstream_paths
@@ -245,6 +247,36 @@ def _tests_line(code: int, summary: dict[str, object] | None, stopped_by: str | 
     return code, f"run_unit: pytest stopped with an internal error (exit {code})"
 
 
+# --- the CI files, checked before the run ---------------------------------------------------
+
+
+def _option_values(args: Sequence[str], name: str) -> list[str]:
+    """The values given to pytest's option `name` (`NAME VALUE` or `NAME=VALUE`)."""
+    values = [a.split("=", 1)[1] for a in args if a.startswith(f"{name}=")]
+    return values + [args[i + 1] for i, a in enumerate(args[:-1]) if a == name]
+
+
+def ci_output_problems(plan: Plan, settings: Settings, environ: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """(why --junitxml's path is refused, why $GITHUB_STEP_SUMMARY's is), one line each or None,
+    before anything runs: neither may be the record or a history file (where the settings,
+    --unit-results-dir or $TESTHARNESS_RESULTS_DIR send them, --history-dir or
+    $TESTHARNESS_HISTORY_DIR), a directory, a FIFO or another non-regular file, or unwritable."""
+    results = [settings.results_dir, *map(Path, _option_values(plan.pytest_args, "--unit-results-dir"))]
+    results += [Path(environ[RESULTS_DIR_ENV])] if environ.get(RESULTS_DIR_ENV) else []
+    history = [d / DATED_DIR for d in results] + [*map(Path, _option_values(plan.pytest_args, "--history-dir"))]
+    history += [Path(environ[HISTORY_ENV])] if environ.get(HISTORY_ENV) else []
+    records = [d / RESULTS_NAME for d in results]
+    junit = summary = None
+    if plan.junitxml is not None:
+        reason = ci_report.output_problem(plan.junitxml, records, history)
+        junit = None if reason is None else f"--junitxml {plan.junitxml} {reason}"
+    step = environ.get(ci_report.SUMMARY_ENV)
+    if step:
+        reason = ci_report.output_problem(Path(step), records, history, make_dirs=False)
+        summary = None if reason is None else f"${ci_report.SUMMARY_ENV} ({step}) {reason}"
+    return junit, summary
+
+
 def build_assets(settings: Settings) -> int:
     """Run the asset script (`assets_script`, none by default) when the assets dir is missing
     or empty, or on every run when none is set; 0 on success or skip."""
@@ -283,6 +315,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run_unit: {problem}", file=sys.stderr)
         return 2
     env = dict(os.environ)
+    # A CI file that would replace the record, hang its writer or fail at the end: one line now.
+    junit_problem, summary_problem = ci_output_problems(plan, settings, env)
+    if junit_problem is not None:
+        print(f"run_unit: {junit_problem}", file=sys.stderr)
+        return 2  # a bad flag's code, as parse_args's refusals
+    if summary_problem is not None:  # the environment's, not the command's: the tests still run
+        print(f"run_unit: warning: no step summary: {summary_problem}", file=sys.stderr)
     if env.get("TESTHARNESS_NO_DISCOVERY") != "1":  # the harness's own tests skip Ray here
         address, gpus = discover(env)
         if address:
@@ -305,7 +344,10 @@ def main(argv: list[str] | None = None) -> int:
         code = run.code
         status, message = interpret_exit(code, run.summary, run.stopped_by)
     if code != USAGE_ERROR:
-        for problem in ci_report.write_unit_outputs(plan.junitxml, _text(run.summary, "results"), run.summary, message):
+        results = _text(run.summary, "results")
+        for problem in ci_report.write_unit_outputs(
+            plan.junitxml, results, run.summary, message, summary_problem is None
+        ):
             print(f"run_unit: {problem}", file=sys.stderr)
     if code == USAGE_ERROR:
         print(usage(settings.marker_groups), file=sys.stderr)
