@@ -25,32 +25,32 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37  # linux/prctl.h
 COMMAND_CHARS = 120  # of a command line in the line that names a process
+
+
+def _prctl() -> Any:
+    """libc's prctl (Linux), else None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
 
 
 def become_subreaper() -> bool:
     """Make this process the child subreaper of its descendants (Linux): an orphan among them
     is re-parented to it, not to init. False where the call is not available."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return False
-    return bool(prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+    prctl = _prctl()
+    return prctl is not None and prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
 
 
 def is_subreaper() -> bool:
-    """Whether this process is a child subreaper (PR_GET_CHILD_SUBREAPER)."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return False
+    """Whether this process is a child subreaper (False where the OS has no such thing)."""
+    prctl = _prctl()
     flag = ctypes.c_int(0)
-    return prctl(37, ctypes.byref(flag), 0, 0, 0) == 0 and flag.value == 1
+    return prctl is not None and prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0) == 0 and flag.value == 1
 
 
 def descendants(skip: Iterable[int] = ()) -> list[Any]:

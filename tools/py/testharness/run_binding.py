@@ -82,9 +82,7 @@ def _path(environ: MutableMapping[str, str], name: str) -> Path | None:
     return Path(value) if value else None
 
 
-def bind(
-    environ: MutableMapping[str, str], ppid: int, parent_of: Callable[[int], int | None] = parent_of
-) -> Binding:
+def bind(environ: MutableMapping[str, str], ppid: int, parent_of: Callable[[int], int | None] = parent_of) -> Binding:
     """This process's binding, from its environment and its parent (`ppid`); an unbound process
     that inherited a run's variables has them removed from `environ` (see the module's text)."""
     supervisor = environ.get(SUPERVISOR_PID_ENV, "")
