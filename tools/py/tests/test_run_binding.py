@@ -35,14 +35,21 @@ INNER = "def test_inner():\n    pass\n"
 
 
 @pytest.mark.parametrize(
-    ("die", "cause"),
-    [("os._exit(0)", "exited with code 0"), ("ctypes.string_at(0)", "SIGSEGV")],
-    ids=["os_exit_0", "segfault"],
+    ("die", "cause", "xdist"),
+    [
+        ("os._exit(0)", "exited with code 0", []),
+        ("ctypes.string_at(0)", "SIGSEGV", []),
+        # The nested pytest of a test in an xdist worker inherits PYTEST_XDIST_WORKER too.
+        ("os._exit(0)", "its xdist worker died", ["-n", "2"]),
+    ],
+    ids=["os_exit_0", "segfault", "os_exit_0_xdist"],
 )
-def test_a_nested_pytest_writes_nothing_of_the_outer_run(tmp_path: Path, die: str, cause: str) -> None:
+def test_a_nested_pytest_writes_nothing_of_the_outer_run(
+    tmp_path: Path, die: str, cause: str, xdist: list[str]
+) -> None:
     root = write_project(tmp_path, {"tests/test_a.py": NESTED.replace("DIE", die), "tests/inner_check.py": INNER})
     inner_out = tmp_path / "inner.txt"
-    proc = run_unit_sh(root, timeout=120, INNER_OUT=str(inner_out))
+    proc = run_unit_sh(root, *xdist, timeout=120, INNER_OUT=str(inner_out))
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out
     assert "1 passed" in inner_out.read_text()  # the inner pytest ran, as a run of its own
@@ -54,9 +61,9 @@ def test_a_nested_pytest_writes_nothing_of_the_outer_run(tmp_path: Path, die: st
         "tests/test_a.py::test_fails": "failed",
     }, out
     assert cause in tests["tests/test_a.py::test_dies"]["crash"]["cause"]
-    assert "the third test ran" in proc.stdout  # it ran, in the round after the crash
+    assert "the third test ran" in proc.stdout  # it ran, after the crash
     assert len(list((root / "out" / "unit_results").glob("*.json"))) == 1
-    assert "CRASHED: tests/test_a.py::test_dies" in proc.stderr
+    assert ("CRASHED: tests/test_a.py::test_dies" in proc.stderr) == (not xdist)  # (xdist reports its worker's)
 
 
 # --- the decision, pure -------------------------------------------------------------------------
