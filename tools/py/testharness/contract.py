@@ -38,10 +38,13 @@ import pytest
 
 from testharness.history import resolve_history_dir
 from testharness.record import Record
+from testharness.run_binding import Binding, this_process
 from testharness.settings import Settings, SettingsError, load_settings
 
 _SETTINGS = pytest.StashKey[Settings]()
 _RECORD = pytest.StashKey[Record]()  # the run's record: the recorder puts it there at configure
+_RUN = pytest.StashKey[Binding]()  # this config's part in run_unit's run (run_binding)
+_CLAIMED: list[int] = []  # the config of this process that is the supervised run's (one at most)
 
 EXTRAS: Final = frozenset({
     "testharness_metrics", "testharness_memory", "testharness_leaks", "testharness_hang",
@@ -68,6 +71,22 @@ def stash_record(config: pytest.Config, record: Record) -> None:
 def record_of(config: pytest.Config) -> Record | None:
     """This session's record in the making (None where the recorder is not loaded)."""
     return config.stash.get(_RECORD, None)
+
+
+def run_of(config: pytest.Config) -> Binding:
+    """This config's part in run_unit's run (testharness.run_binding): the process's binding for
+    the first config that asks (the session pytest, or the xdist worker, runs); a pytester run
+    inside the same process is inside that run without being it (`nested`)."""
+    binding = config.stash.get(_RUN, None)
+    if binding is None:
+        binding = this_process()
+        if binding.supervisor_pid is not None:
+            if _CLAIMED and _CLAIMED[0] != id(config):
+                binding = Binding(nested=True)
+            else:
+                _CLAIMED[:] = [id(config)]
+        config.stash[_RUN] = binding
+    return binding
 
 
 def history_dir_of(config: pytest.Config) -> Path:

@@ -43,7 +43,8 @@ from testharness.atomic_io import hidden_temp_beside, write_json_atomic
 # What run_unit's supervisor tells the pytest it starts (no pytest import here: run_unit's
 # --help needs neither pytest nor Ray).
 SUPERVISE_DIR_ENV = "TESTHARNESS_SUPERVISE_DIR"  # the directory of these files; every process a
-# round's pytest starts inherits it: the supervisor finds what a round left behind by it
+# round's pytest starts inherits it (the supervisor finds what a round left behind by it where it
+# is no subreaper), but only the round's pytest and its xdist workers take it: run_binding
 ONLY_ENV = "TESTHARNESS_ONLY_TESTS"  # a JSON list: the node ids a continuation runs
 CARRIED_ENV = "TESTHARNESS_CARRIED"  # what the earlier rounds recorded (record.Record.carried_document)
 SUMMARY_FILE_ENV = "TESTHARNESS_SUMMARY_FILE"  # how the session ended (testharness.run_summary)
@@ -279,19 +280,3 @@ INTERNAL_ERROR = 3
 def worse(a: int, b: int) -> int:
     """The worse of two exit codes (a signal's negative code is worse than any of pytest's)."""
     return a if _SEVERITY.get(a, 6) >= _SEVERITY.get(b, 6) else b
-
-
-def supervisor_gone(environ: Mapping[str, str]) -> bool:
-    """Whether the supervisor named in this process's environment is gone: the run is over, and
-    what this process would write now could land among a later run's files. (Its parent-death
-    signal ends pytest with it on Linux; this covers the rest.)"""
-    pid = environ.get(SUPERVISOR_PID_ENV, "")
-    if not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False

@@ -13,7 +13,8 @@ that handler is turned into the same interruption.
 
 At the end of the run (pytest_unconfigure of the outermost session in this process) the
 processes this pytest started and that are still alive (a Ray cluster whose shutdown was cut
-short, a stray child) get SIGTERM, then SIGKILL; each is named on one line.
+short, a stray child) get SIGTERM, then SIGKILL; each is named on one line
+(testharness.process_sweep, which run_unit's supervisor uses too).
 
 A child that a test forks (os.fork, multiprocessing's fork) is not the run: it starts with the
 signal handlers the process had before ours (os.register_at_fork), so that SIGTERM ends it
@@ -28,7 +29,6 @@ signals and the run's processes are left to the project.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import sys
 import time
@@ -39,7 +39,7 @@ from typing import Any
 
 import pytest
 
-from testharness import real_ray
+from testharness import process_sweep, real_ray
 from testharness.contract import get_extra, put_extra, settings_of
 
 HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -284,65 +284,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     _GUARD.uninstall()
     _GUARD = None
     _OWNER_PID = None
-    stopped = stop_leftover_children(SWEEP_GRACE_S)
+    stopped = process_sweep.end(process_sweep.left_behind(), SWEEP_GRACE_S)
     if stopped:
         _say(f"testharness: stopped {len(stopped)} process(es) the run left behind: {', '.join(stopped)}")
-
-
-def ray_session_marker(pid: int) -> re.Pattern[str]:
-    """Matches the session name Ray gives a cluster started by process `pid`
-    (`session_2026-12-02_01-34-23_936458_<pid>`), which every process of it carries."""
-    return re.compile(rf"session_\d{{4}}-\d\d-\d\d_\d\d-\d\d-\d\d_\d+_{pid}(?!\d)")
-
-
-def _left_behind() -> list[Any]:
-    """Live descendants of this process, and processes of a Ray cluster it started that are no
-    longer its descendants: a worker still starting when its raylet stops is orphaned and
-    lingers until its own start-up gives up (tens of seconds on a busy machine)."""
-    import psutil
-
-    me = psutil.Process()
-    found = {p.pid: p for p in me.children(recursive=True)}
-    found.update((p.pid, p) for p in ray_cluster_processes(me.pid, me.create_time()) if p.pid not in found)
-    return list(found.values())
-
-
-def ray_cluster_processes(pid: int, born: float) -> list[Any]:
-    """Live processes of a Ray cluster that process `pid` (started at `born`, epoch seconds)
-    started, whoever their parent is now: its own, or init's once it died."""
-    import psutil
-
-    marker = ray_session_marker(pid)
-    found = []
-    for proc in psutil.process_iter(["cmdline", "create_time"]):
-        if proc.pid == pid or (proc.info["create_time"] or 0) < born:
-            continue
-        if any(marker.search(part) for part in proc.info["cmdline"] or []):
-            found.append(proc)
-    return found
-
-
-def stop_leftover_children(grace_s: float) -> list[str]:
-    """Terminate every live descendant of this process (and its Ray cluster's orphans);
-    SIGKILL what outlives `grace_s`."""
-    import psutil
-
-    try:
-        children = _left_behind()
-    except psutil.Error:
-        return []
-    names: list[str] = []
-    for child in children:
-        try:
-            names.append(f"{child.name()} (pid {child.pid})")
-            child.terminate()
-        except psutil.Error:
-            continue
-    if children:
-        _gone, alive = psutil.wait_procs(children, timeout=grace_s)
-        for proc in alive:
-            try:
-                proc.kill()
-            except psutil.Error:
-                pass
-    return names

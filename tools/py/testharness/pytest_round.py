@@ -16,9 +16,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from testharness import crash_record
+from testharness import crash_record, process_sweep
 from testharness.crash_record import DUMP_SIGNAL, SUPERVISE_DIR_ENV
 
 GRACE_S = 5.0  # past a watchdog's deadline: it would have run by now, were it able to
@@ -163,33 +162,22 @@ def _exit_deadline(rnd: Round, now: float) -> None:
 
 def sweep_round(rnd: Round) -> None:
     """End every process the round's pytest started that is still alive, whoever its parent is
-    now (a child started in a new session, a Ray cluster a crash left): SIGTERM, then SIGKILL.
-    Each is named; after a clean end the plugin's own sweep has usually left none."""
-    import psutil
-
-    from testharness.interrupts import ray_cluster_processes
-
-    found: dict[int, Any] = {}
-    for proc in psutil.process_iter():
-        with contextlib.suppress(psutil.Error):  # gone, a zombie, or another user's
-            if proc.pid != os.getpid() and proc.environ().get(SUPERVISE_DIR_ENV) == str(rnd.directory):
-                found[proc.pid] = proc
+    now: SIGTERM, then SIGKILL; each named (pid and command line) in one line. On Linux the
+    supervisor is a child subreaper (process_sweep.become_subreaper): an orphan of the round (a
+    double-forked daemon, a child a crash left, with whatever environment) is re-parented to it,
+    so its descendants are the round's leftovers; elsewhere (and for a Ray cluster a crash left)
+    they are found by the round's marker in their environment and by the cluster's session name.
+    Called once pytest has exited, so the run's own Ray cluster was stopped by pytest's own
+    shutdown first (after a clean end the plugin's own sweep has usually left nothing)."""
+    found = process_sweep.marked(SUPERVISE_DIR_ENV, str(rnd.directory))
     if rnd.main_pid:
-        found.update((p.pid, p) for p in ray_cluster_processes(rnd.main_pid, rnd.born))
-    names = []
-    for proc in found.values():
-        with contextlib.suppress(psutil.Error):
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                continue
-            names.append(f"{proc.name()} (pid {proc.pid})")
-            proc.terminate()
-    if not names:
-        return
-    _gone, alive = psutil.wait_procs(list(found.values()), timeout=LEFTOVER_GRACE_S)
-    for proc in alive:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-    say(f"run_unit: stopped {len(names)} process(es) that pytest left behind: {', '.join(names)}")
+        found += process_sweep.ray_cluster_processes(rnd.main_pid, rnd.born)
+    if process_sweep.is_subreaper():
+        found += process_sweep.descendants()
+    names = process_sweep.end(found, LEFTOVER_GRACE_S)
+    process_sweep.reap_children()
+    if names:
+        say(f"run_unit: stopped {len(names)} process(es) that pytest left behind: {', '.join(names)}")
 
 
 # --- signals ------------------------------------------------------------------------------

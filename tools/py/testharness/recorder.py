@@ -30,11 +30,11 @@ from typing import Any
 import pytest
 
 from testharness import gpu, real_ray, results, run_summary
-from testharness.contract import get_extra, is_xdist_worker, put_extra, settings_of, stash_record
-from testharness.crash_record import supervisor_gone
+from testharness.contract import get_extra, is_xdist_worker, put_extra, run_of, settings_of, stash_record
 from testharness.history import RESULTS_DIR_ENV, sent_results_dir
 from testharness.metrics import clash_message
 from testharness.record import Record
+from testharness.run_binding import supervisor_gone
 from testharness.settings import Settings, session_in_scope
 
 
@@ -63,8 +63,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _results_dir(session: pytest.Session, settings: Settings) -> Path | None:
     config = session.config
-    sent = sent_results_dir(config.getoption("unit_results_dir"))
-    if sent is not None:
+    nested = run_of(config).nested  # inside run_unit's run without being its pytest: its record is not ours
+    sent = sent_results_dir(config.getoption("unit_results_dir"), {} if nested else None)
+    if sent is not None or nested:
         return sent
     if not settings.configured:
         return None  # a project that never asked for a results file gets none
@@ -86,7 +87,8 @@ def _owns_the_record(session: pytest.Session, st: Record) -> bool:
     """Only the session's own process writes: not an xdist worker (the controller sees every
     report, metrics ride on them, and writes once), nor a child a test forked, nor a pytest
     whose run_unit is gone (killed: a later run's files may be there by now)."""
-    return not is_xdist_worker(session.config) and st.owned_here() and not supervisor_gone(os.environ)
+    config = session.config
+    return not is_xdist_worker(config) and st.owned_here() and not supervisor_gone(run_of(config))
 
 
 def _gpu_types() -> list[str]:
@@ -205,8 +207,12 @@ class _Recorder:
             self.error_shown = True
 
     def _close(self, session: pytest.Session) -> None:
+        nested = run_of(session.config).nested and not is_xdist_worker(session.config)
+        if nested and self.st.results_dir is None and self.settings.configured:
+            print("testharness: this pytest runs inside run_unit's run without being its pytest: it writes "
+                  "no record there (--unit-results-dir DIR writes one)", file=sys.stderr)  # fmt: skip
         if not _owns_the_record(session, self.st):
-            if supervisor_gone(os.environ):
+            if supervisor_gone(run_of(session.config)):
                 print("testharness: run_unit, which started this pytest, is gone: no record written", file=sys.stderr)
             return
         names = _gpu_types() if self.st.results_dir is not None else []
@@ -214,14 +220,14 @@ class _Recorder:
         status = self.st.close(int(session.exitstatus), cov, names)
         if status != session.exitstatus:  # the record could not be written: INTERNAL_ERROR
             session.exitstatus = status
-        run_summary.write(session, self.st)
+        run_summary.write(session, self.st, run_of(session.config).summary_file)
 
     def _amend_exit_status(self, session: pytest.Session) -> None:
         """A plugin may still change the exit status after the files were written: they follow it."""
         status = self.st.amend_exit_status(int(session.exitstatus))
         if status is not None:
             session.exitstatus = status
-            run_summary.write(session, self.st)
+            run_summary.write(session, self.st, run_of(session.config).summary_file)
 
     def _guarded(self, step: Callable[[pytest.Session], None], session: pytest.Session) -> None:
         """Run a session-end step; an unexpected error in it is a failed write (one line, exit 3),
@@ -230,4 +236,4 @@ class _Recorder:
             step(session)
         except Exception as exc:  # noqa: BLE001  any error: the run's one line and exit 3, as documented
             session.exitstatus = self.st.fail_write(f"{type(exc).__name__}: {exc}", int(session.exitstatus))
-            run_summary.write(session, self.st)
+            run_summary.write(session, self.st, run_of(session.config).summary_file)

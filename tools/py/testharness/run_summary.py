@@ -1,12 +1,11 @@
 """The run summary: what run_unit reads to word its last line and reconcile its exit code
-(the file named by TESTHARNESS_SUMMARY_FILE, which run_unit's supervisor sets; nothing is
-written without it). Its one writer is the recorder, at the session's end and whenever the
+(the file named by TESTHARNESS_SUMMARY_FILE, which run_unit's supervisor sets, taken only by the
+pytest bound to its run: testharness.run_binding; nothing is written without it). Its one writer is the recorder, at the session's end and whenever the
 record's fate changes after it.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from pathlib import Path
@@ -15,16 +14,14 @@ from typing import TYPE_CHECKING
 import pytest
 
 from testharness.atomic_io import write_json_atomic
-from testharness.crash_record import SUMMARY_FILE_ENV
 
 if TYPE_CHECKING:
     from testharness.record import Record
 
 
-def write(session: pytest.Session, st: Record) -> None:
-    """What run_unit reads to word its last line (TESTHARNESS_SUMMARY_FILE, set by it)."""
-    path = os.environ.get(SUMMARY_FILE_ENV)
-    if not path:
+def write(session: pytest.Session, st: Record, path: Path | None) -> None:
+    """What run_unit reads to word its last line, into `path` (None: no summary is asked for)."""
+    if path is None:
         return
     summary = {
         "exit_status": int(session.exitstatus),
@@ -37,7 +34,7 @@ def write(session: pytest.Session, st: Record) -> None:
         "stopped": st.stopped,
     }
     try:
-        write_json_atomic(Path(path), summary)
+        write_json_atomic(path, summary)
     except OSError as exc:  # run_unit then words its line from the exit status alone
         print(f"testharness: could not write the run summary {path}: {exc}", file=sys.stderr)
 

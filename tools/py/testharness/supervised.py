@@ -1,8 +1,9 @@
 """pytest adapter of crash supervision: what run_unit's supervisor needs to write the record of
 a pytest process that dies, and to go on without it (files: testharness.crash_record).
 
-Active only when run_unit starts pytest (TESTHARNESS_SUPERVISE_DIR set); a plain `pytest`
-run is untouched. In every process that runs tests (pytest, or each xdist worker) it keeps a
+Active only in run_unit's own pytest and its xdist workers (testharness.run_binding: bound to
+the run by their place in the process tree, never by an environment a test's own pytest
+inherits); a plain `pytest` run is untouched. In every process that runs tests (pytest, or each xdist worker) it keeps a
 breadcrumb of the test in progress, with its watchdog's deadline (`set_deadline`, called by
 testharness.hygiene), and points faulthandler at a file (a fatal signal's stacks; SIGUSR2
 dumps the stacks on demand, when no handler of the project's owns it). The process that owns
@@ -37,15 +38,15 @@ from typing import IO, Any
 import pytest
 
 from testharness import crash_record
-from testharness.contract import is_xdist_controller, is_xdist_worker, put_extra, record_of
-from testharness.crash_record import CARRIED_ENV, DUMP_SIGNAL, ONLY_ENV, SUPERVISE_DIR_ENV
+from testharness.contract import is_xdist_controller, is_xdist_worker, put_extra, record_of, run_of
+from testharness.crash_record import DUMP_SIGNAL
 from testharness.record import Record
+from testharness.run_binding import Binding, this_process
 
 FRESH_PROCESS_EXIT = 75  # ends a process whose CUDA context a test made unusable (EX_TEMPFAIL)
 
 # One test at a time per process: the breadcrumb in progress, for set_deadline.
 _CURRENT: tuple[Path, crash_record.Breadcrumb] | None = None
-_MAIN_DEPTH = 0  # pytest mains running in this process (pytester's in-process runs nest)
 _FAULT_FILE: IO[str] | None = None  # this process's faulthandler file (kept open: it writes to the descriptor)
 
 
@@ -63,10 +64,10 @@ def _watch_the_start() -> None:
     """As the plugin is imported (before any conftest.py: an entry point): a fatal error while
     conftest files and plugins load has its stack in the round's file (pytest's own
     faulthandler starts at configure, and its capture hides stderr before that)."""
-    directory = os.environ.get(SUPERVISE_DIR_ENV)
-    if directory and not faulthandler.is_enabled():
+    directory = this_process().supervise_dir  # decided here, before any conftest reads the environment
+    if directory is not None and not faulthandler.is_enabled():
         with contextlib.suppress(OSError):
-            faulthandler.enable(file=_fault_file(Path(directory)), all_threads=True)
+            faulthandler.enable(file=_fault_file(directory), all_threads=True)
 
 
 _watch_the_start()
@@ -97,35 +98,31 @@ def _update_breadcrumb(**changes: Any) -> None:
 def pytest_cmdline_main(config: pytest.Config) -> Generator[None, Any, Any]:
     """Journal what pytest's main returned: after it, only Python's exit (atexit handlers, the
     wait for threads left running) stands between the session's status and the exit code."""
-    global _MAIN_DEPTH
-    _MAIN_DEPTH += 1
-    try:
-        code = yield
-    finally:
-        _MAIN_DEPTH -= 1
-    directory = os.environ.get(SUPERVISE_DIR_ENV)
-    if directory and _MAIN_DEPTH == 0 and not is_xdist_worker(config) and isinstance(code, int):
+    code = yield
+    directory = run_of(config).supervise_dir  # None in a pytester run inside the session's process
+    if directory is not None and not is_xdist_worker(config) and isinstance(code, int):
         # The threads Python's exit will wait for: named, should one never end.
         waited = [t.name for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
         with contextlib.suppress(OSError):
-            crash_record.append_line(Path(directory) / crash_record.JOURNAL, {"returned": int(code), "threads": waited})
+            crash_record.append_line(directory / crash_record.JOURNAL, {"returned": int(code), "threads": waited})
     return code
 
 
 @pytest.hookimpl(trylast=True)  # after the recorder's: the record is in the config
 def pytest_configure(config: pytest.Config) -> None:
-    directory = os.environ.get(SUPERVISE_DIR_ENV)
+    run = run_of(config)
     record = record_of(config)
-    if directory and record is not None:
-        supervised = _Supervised(config, record, Path(directory))
+    if run.supervise_dir is not None and record is not None:
+        supervised = _Supervised(config, record, run)
         config.pluginmanager.register(supervised, f"testharness-supervised-{id(config)}")
 
 
 class _Supervised:
-    def __init__(self, config: pytest.Config, record: Record, directory: Path) -> None:
+    def __init__(self, config: pytest.Config, record: Record, run: Binding) -> None:
+        assert run.supervise_dir is not None
         self.config = config
         self.record = record
-        self.dir = directory
+        self.dir = run.supervise_dir
         self.pid = os.getpid()
         self.owner = not is_xdist_worker(config)  # writes the journal (xdist: the controller)
         self.fault_file: IO[str] | None = None
@@ -133,10 +130,10 @@ class _Supervised:
         self.poisoned: str | None = None  # a sticky CUDA error a test left in this process
         self.own_fixtures = 0  # function-scoped fixtures of the test in progress not torn down yet
         self.tearing_down: pytest.Item | None = None  # the test whose teardown leaves its scopes
-        only, carried = os.environ.get(ONLY_ENV), os.environ.get(CARRIED_ENV)
-        self.only = frozenset(json.loads(Path(only).read_text(encoding="utf-8"))) if only else None
+        only, carried = run.only_file, run.carried_file
+        self.only = frozenset(json.loads(only.read_text(encoding="utf-8"))) if only else None
         # What earlier rounds recorded: taken into this session's record by its owner.
-        self.carried = Record.read_carried(Path(carried)) if carried and self.owner else None
+        self.carried = Record.read_carried(carried) if carried and self.owner else None
 
     def _journal(self, entry: dict[str, Any]) -> None:
         if self.owner and os.getpid() == self.pid:

@@ -19,8 +19,10 @@ test does to its process.
   makes the run pass; one that died outside any test (a conftest's import, a session-end hook)
   ends the run with 3 and says where.
 - pytest dies with the supervisor (Linux's parent-death signal), and after each round every
-  process the round started that is still alive (found by the round's marker in its
-  environment, or as part of the Ray cluster it started) is ended and named.
+  process the round started that is still alive is ended and named: on Linux the supervisor is
+  a child subreaper, so whatever a test's process did (a double fork, setsid, a scrubbed
+  environment) it is among the supervisor's descendants; elsewhere it is found by the round's
+  marker in its environment or as part of the Ray cluster it started (testharness.process_sweep).
 Files between the plugin and the supervisor: testharness.crash_record; the pytest process
 itself (its start, signals, the deadlines, the sweep): testharness.pytest_round.
 """
@@ -36,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from testharness import crash_record, record_files, results
+from testharness import crash_record, process_sweep, record_files, results
 from testharness.crash_record import (
     CARRIED_ENV,
     INTERNAL_ERROR,
@@ -73,6 +75,7 @@ def read_summary(path: Path) -> dict[str, Any] | None:
 def supervise(cmd: list[str], env: dict[str, str], tmp: Path) -> Outcome:
     """Run pytest (`cmd`) until every selected test has an outcome: again on the tests not yet
     run each time a test kills its process (first the crashed ones --rerun-failures may run again)."""
+    process_sweep.become_subreaper()  # orphans of the run come back to us: sweep_round ends them
     carried = Record()  # what the rounds recorded: the record a dead pytest could not write
     only: list[str] | None = None
     stop_at_failure = any(a in STOP_AT_FAILURE for a in cmd)

@@ -37,9 +37,12 @@ def pytest_configure(config: pytest.Config) -> None:
 def _inner_runs_start_clean(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """Inner runs start as a user's would, not as part of this run.
 
-    - The harness's variables that run_unit.sh or a benchmark set for this run (results and
-      history directory, summary file, GPU count) would make every inner run write its
-      records into this run's history and read this run's durations.
+    - The harness's variables that a user or a benchmark set for this run (results and history
+      directory, GPU count) would make every inner run write its records into this run's
+      history and read this run's durations. (run_unit's own variables, the supervise
+      directory, summary file and supervisor pid, no longer need this: a pytest takes them only
+      where its parent chain binds it to the supervisor, testharness.run_binding; but this suite
+      runs as a plain pytest, whose variables are a user's and pass on to inner runs.)
     - Coverage's `patch = ["subprocess"]` (pyproject.toml) hands its configuration to every
       Python subprocess, so each inner pytest, Ray worker and script would start coverage of
       `nemo_rl`, which none of them runs: +0.3 s of CPU per process and a data file each.

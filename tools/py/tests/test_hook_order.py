@@ -13,13 +13,14 @@ table's order of the implementations that role has.
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
 import pytest
 from records_project import PYPROJECT
 
-from testharness.crash_record import SUPERVISE_DIR_ENV
+from testharness.crash_record import SUPERVISE_DIR_ENV, SUPERVISOR_PID_ENV
 
 HARNESS_MAP = Path(__file__).resolve().parents[3] / "docs" / "harness-map.md"
 BEGIN, END = "<!-- hook-order: begin -->", "<!-- hook-order: end -->"
@@ -76,7 +77,9 @@ def real_orders(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> d
     )
     out = pytester.mkdir("orders")
     monkeypatch.setenv("HOOK_ORDER_DIR", str(out))
-    # As under tests/run_unit.sh: its supervisor's plugin (supervised.py) registers too.
+    # As under tests/run_unit.sh: its supervisor's plugin (supervised.py) registers too (this
+    # process starts the inner pytest: the supervisor it is bound to, testharness.run_binding).
+    monkeypatch.setenv(SUPERVISOR_PID_ENV, str(os.getpid()))
     monkeypatch.setenv(SUPERVISE_DIR_ENV, str(pytester.mkdir("supervised_serial")))
     serial = pytester.runpytest_subprocess("-p", "testharness.plugin", "--testmon")
     assert serial.ret == 0, serial.stdout.str()

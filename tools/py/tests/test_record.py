@@ -8,6 +8,7 @@ A normal session's record and the one run_unit's supervisor builds from that ses
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 from records_project import read_results, run_env, write_project
 
 from testharness import crash_record, results, supervisor
-from testharness.crash_record import SUPERVISE_DIR_ENV, Breadcrumb, Journal
+from testharness.crash_record import SUPERVISE_DIR_ENV, SUPERVISOR_PID_ENV, Breadcrumb, Journal
 from testharness.record import Record
 
 EVERY_OUTCOME = """
@@ -71,7 +72,7 @@ def test_flaky(tracker):
 
 def _session(root: Path, journal_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """A normal pytest session of `root`, journaling as under run_unit's supervisor."""
-    env = {**run_env(root), SUPERVISE_DIR_ENV: str(journal_dir)}
+    env = {**run_env(root), SUPERVISE_DIR_ENV: str(journal_dir), SUPERVISOR_PID_ENV: str(os.getpid())}
     cmd = [sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider", "--reruns", "1", *args]
     return subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=240)
 

@@ -197,7 +197,7 @@ def test_ray_names_its_processes_after_the_driver_that_started_them(tmp_path: Pa
         "import os, ray, psutil, sys\n"
         "ray.init(num_cpus=1, include_dashboard=False, _node_ip_address='127.0.0.1')\n"
         "sys.path.insert(0, os.environ['HARNESS'])\n"
-        "from testharness.interrupts import ray_session_marker\n"
+        "from testharness.process_sweep import ray_session_marker\n"
         "marker = ray_session_marker(os.getpid())\n"
         "kids = psutil.Process().children(recursive=True)\n"
         "named = [p.name() for p in kids if any(marker.search(a) for a in p.cmdline())]\n"

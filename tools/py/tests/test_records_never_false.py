@@ -342,6 +342,7 @@ def test_the_summary_names_the_written_record_only(tmp_path: Path) -> None:
     summary = tmp_path / "summary.json"
     env = run_env(root)
     env["TESTHARNESS_SUMMARY_FILE"] = str(summary)
+    env["TESTHARNESS_SUPERVISOR_PID"] = str(os.getpid())  # taken by the pytest this process starts only
     (root / "afile").write_text("")
     for args, written in ((["--unit-results-dir=afile"], False), ([], True)):
         proc = subprocess.run(
