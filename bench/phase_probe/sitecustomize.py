@@ -141,12 +141,17 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 
 def _timed_sleep(sleep: Any) -> Any:
-    """time.sleep on a main thread, 50 ms or more: a test's polls and fixed waits."""
+    """time.sleep on a main thread, 50 ms or more: a test's polls and fixed waits (not
+    subprocess's own poll, with which Popen.wait(timeout) waits for a child)."""
     import threading
 
     @functools.wraps(sleep)
     def wrapper(seconds: float) -> None:
-        if seconds < 0.05 or threading.current_thread() is not threading.main_thread():
+        if (
+            seconds < 0.05
+            or threading.current_thread() is not threading.main_thread()
+            or sys._getframe(1).f_code.co_filename.endswith("subprocess.py")
+        ):
             return sleep(seconds)  # type: ignore[no-any-return]
         t0 = time.time()
         try:
