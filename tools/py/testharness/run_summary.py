@@ -10,7 +10,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -35,7 +35,23 @@ def write(session: pytest.Session, st: Record) -> None:
         "results_copy": str(st.paths[1]) if st.paths else None,
         "results_error": st.write_error or None,
         "stopped": st.stopped,
+        "collection_errors": {nodeid: rec.error for nodeid, rec in st.tests.items() if rec.error is not None},
+        "module_skips": dict(st.skipped_files),
     }
+    _write(path, summary)
+
+
+def write_before_collection(st: Record, status: int, line: str) -> None:
+    """pytest ended before its session (a conftest.py that does not import): why, and its record."""
+    path = os.environ.get(SUMMARY_FILE_ENV)
+    if path:
+        _write(path, {"exit_status": status, "before_collection": line, "collected": 0,
+                      "results": str(st.paths[0]) if st.paths else None,
+                      "results_copy": str(st.paths[1]) if st.paths else None,
+                      "results_error": st.write_error or None, "tests_exit_status": st.tests_status})  # fmt: skip
+
+
+def _write(path: str, summary: dict[str, Any]) -> None:
     try:
         write_json_atomic(Path(path), summary)
     except OSError as exc:  # run_unit then words its line from the exit status alone

@@ -39,9 +39,8 @@ import pytest
 from testharness import crash_record
 from testharness.contract import is_xdist_controller, is_xdist_worker, put_extra, record_of
 from testharness.crash_record import CARRIED_ENV, DUMP_SIGNAL, ONLY_ENV, SUPERVISE_DIR_ENV
+from testharness.exit_codes import FRESH_PROCESS, USAGE_ERROR
 from testharness.record import Record
-
-FRESH_PROCESS_EXIT = 75  # ends a process whose CUDA context a test made unusable (EX_TEMPFAIL)
 
 # One test at a time per process: the breadcrumb in progress, for set_deadline.
 _CURRENT: tuple[Path, crash_record.Breadcrumb] | None = None
@@ -99,17 +98,28 @@ def pytest_cmdline_main(config: pytest.Config) -> Generator[None, Any, Any]:
     wait for threads left running) stands between the session's status and the exit code."""
     global _MAIN_DEPTH
     _MAIN_DEPTH += 1
+    outermost = _MAIN_DEPTH == 1
     try:
         code = yield
+    except pytest.UsageError as exc:  # a path that does not exist: pytest's main prints it, exits 4
+        if outermost:
+            _journal_return(config, USAGE_ERROR, {"usage_error": " ".join(str(exc).split())})
+        raise
     finally:
         _MAIN_DEPTH -= 1
+    if outermost and isinstance(code, int):
+        _journal_return(config, int(code), {})
+    return code
+
+
+def _journal_return(config: pytest.Config, code: int, extra: dict[str, str]) -> None:
     directory = os.environ.get(SUPERVISE_DIR_ENV)
-    if directory and _MAIN_DEPTH == 0 and not is_xdist_worker(config) and isinstance(code, int):
+    if directory and not is_xdist_worker(config):
         # The threads Python's exit will wait for: named, should one never end.
         waited = [t.name for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
         with contextlib.suppress(OSError):
-            crash_record.append_line(Path(directory) / crash_record.JOURNAL, {"returned": int(code), "threads": waited})
-    return code
+            entry = {"returned": code, "threads": waited, **extra}
+            crash_record.append_line(Path(directory) / crash_record.JOURNAL, entry)
 
 
 @pytest.hookimpl(trylast=True)  # after the recorder's: the record is in the config
@@ -217,7 +227,7 @@ class _Supervised:
             # Every later CUDA call of this process would fail: the supervisor goes on with the
             # tests not run yet in a fresh one (its journal says why this process ends).
             self._journal({"fresh_process": item.nodeid, "cause": self.poisoned})
-            os._exit(FRESH_PROCESS_EXIT)
+            os._exit(FRESH_PROCESS)
         return result
 
     # Where a process dies in a test's teardown: in the test's own fixtures (its crash), or in
