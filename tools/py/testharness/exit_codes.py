@@ -141,9 +141,18 @@ def _tests_line(code: int, summary: Mapping[str, object] | None, stopped_by: str
         and summary.get("stopped") is None
         and code in (OK, TESTS_FAILED, NO_TESTS)
     ):
-        # The session ran to its end: a test or library swallowed the signal (its own handler).
-        _status, line = _tests_line(code, summary, None)
-        return _status, f"{line} ({stopped_by} reached the run but stopped nothing: a test or library caught it)"
+        # The session ran to its end: a test or library swallowed the signal (its own handler, an
+        # `except BaseException`, a `__del__` it was raised in). Where everything passed, it
+        # stopped nothing; where tests failed, they may have failed of it (Ctrl-C reaches Ray's
+        # workers too): the run was interrupted, as it would have been without the catch.
+        status, line = _tests_line(code, summary, None)
+        if status == OK:
+            return OK, f"{line} ({stopped_by} reached the run but stopped nothing: a test or library caught it)"
+        said = line.removeprefix("run_unit: ").removeprefix("FAILED: ")
+        return INTERRUPTED, (
+            f"run_unit: interrupted by {stopped_by} (a test or library caught it and the session went on to "
+            f"its end: {said}){where}"
+        )
     if stopped_by is not None or code < 0:
         name = stopped_by or signal.Signals(-code).name
         return INTERRUPTED, f"run_unit: interrupted by {name}{where}"

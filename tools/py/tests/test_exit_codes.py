@@ -62,3 +62,14 @@ def test_usage_errors_are_told_apart() -> None:
     assert verdict(USAGE_ERROR, {"before_collection": line}) == (USAGE_ERROR, f"run_unit: FAILED: {line}")
     # a refused flag: 2, below the usage text
     assert verdict(USAGE_ERROR, None) == (INTERRUPTED, "run_unit: pytest rejected the arguments (see the error above)")
+
+
+def test_a_caught_stop_signal_stops_nothing_only_where_everything_passed() -> None:
+    ran_to_the_end = {"results": "out/unit_results.json", "stopped": None}
+    status, line = verdict(OK, ran_to_the_end, "SIGTERM")
+    assert status == OK and line.endswith("(SIGTERM reached the run but stopped nothing: a test or library caught it)")
+    status, line = verdict(TESTS_FAILED, ran_to_the_end, "SIGINT")  # Ray's workers got the Ctrl-C too
+    assert (status, line) == (INTERRUPTED, (
+        "run_unit: interrupted by SIGINT (a test or library caught it and the session went on to its end: "
+        "some tests failed (see the summary above)); results of the tests that ran: out/unit_results.json"
+    ))  # fmt: skip

@@ -120,7 +120,12 @@ def test_quick(cluster):
     assert ray.get(ray.put(1)) == 1
 
 def test_waits_on_an_actor(cluster):
-    ray.get(Waiter.remote().wait.remote(os.environ["STARTED_FILE"]))
+    waiter = Waiter.remote()
+    try:
+        ray.get(waiter.wait.remote(os.environ["STARTED_FILE"]))
+    except BaseException:  # as a library's wait loop, or a __del__ the interrupt was raised in
+        pass
+    assert ray.get(waiter.wait.remote(os.environ["STARTED_FILE"] + ".2"), timeout=2)
 """
 
 
@@ -131,7 +136,9 @@ def _like_a_terminal() -> None:
     os.setsid()
 
 
-def test_ctrl_c_to_the_group_of_a_ray_run_is_an_interruption(tmp_path: Path) -> None:
+def test_ctrl_c_to_the_group_of_a_ray_run_is_an_interruption_even_where_it_is_caught(tmp_path: Path) -> None:
+    # A Ctrl-C that a test or library catches, after which tests fail (Ray's workers got it
+    # too): the run was interrupted (2), not "some tests failed" (1), and the record says 2.
     root = write_project(tmp_path, {"tests/test_ray.py": RAY_WAITS})
     proc = subprocess.Popen(["bash", str(RUN_UNIT), "-p", "no:randomly", "-p", "no:cacheprovider"], cwd=root,
                             env=run_env(root), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -149,9 +156,16 @@ def test_ctrl_c_to_the_group_of_a_ray_run_is_an_interruption(tmp_path: Path) -> 
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     assert proc.returncode == 2, out
-    assert out.strip().splitlines()[-1].startswith("run_unit: interrupted by SIGINT; results of the tests that ran: ")
+    assert (
+        out.strip()
+        .splitlines()[-1]
+        .startswith(
+            "run_unit: interrupted by SIGINT (a test or library caught it and the session went on to its end: "
+            "some tests failed (see the summary above)); results of the tests that ran: "
+        )
+    ), out
     doc = read_results(root)
     assert doc["exit_status"] == 2
     assert {k.rpartition("::")[2]: v["outcome"] for k, v in doc["tests"].items()} == {
-        "test_quick": "passed", "test_waits_on_an_actor": "error",
+        "test_quick": "passed", "test_waits_on_an_actor": "failed",
     }  # fmt: skip
