@@ -22,7 +22,9 @@ test does to its process.
   process the round started that is still alive (found by the round's marker in its
   environment, or as part of the Ray cluster it started) is ended and named.
 Files between the plugin and the supervisor: testharness.crash_record; the pytest process
-itself (its start, signals, the deadlines, the sweep): testharness.pytest_round.
+itself (its start, signals, the deadlines, the sweep): testharness.pytest_round; the exit codes
+and what the run's end means (`judge`, once per run, which the record then states):
+testharness.exit_codes.
 """
 
 from __future__ import annotations
