@@ -217,7 +217,7 @@ def _session_ended(
     rnd: Round,
 ) -> Outcome:  # fmt: skip
     """The round's pytest ended its session: the run's status is the worse of its exit code,
-    what its session recorded, and what the journal saw; the record is amended to match."""
+    what its session recorded, and what the journal saw (`judge` then has the record state it)."""
     recorded = summary.get("exit_status")
     session_status = recorded if isinstance(recorded, int) and not isinstance(recorded, bool) else code
     if journal.usage_error is not None:
