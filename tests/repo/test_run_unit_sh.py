@@ -89,7 +89,7 @@ def test_failure_is_reported_and_non_zero(project: Path) -> None:
 def test_selection_matching_nothing_is_not_a_failure(project: Path) -> None:
     proc = _run(project, "-k", "no_such_test")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "no tests collected: the selection" in proc.stdout
+    assert "run_unit: no test ran: the selection (markers, -k, --shard) matched none of the" in proc.stdout
 
 
 def test_no_test_found_is_a_failure(project: Path) -> None:

@@ -455,7 +455,10 @@ def test_a_collection_error_is_named_so(project: Path) -> None:
     proc = _run(project, "bash", "tests/run_unit.sh")
     assert proc.returncode == 2
     assert "Interrupted: 1 error during collection" in proc.stdout
-    assert proc.stderr.splitlines()[-1].startswith("run_unit: stopped by errors during collection")
+    assert proc.stderr.splitlines()[-1] == (
+        "run_unit: FAILED: 1 test file(s) could not be collected: tests/unit/test_broken.py: "
+        "ModuleNotFoundError: No module named 'no_such_module_xyz' (see the ERROR lines above)"
+    )
     assert "Ctrl-C" not in proc.stdout + proc.stderr
 
 

@@ -13,7 +13,8 @@ run_unit's supervisor (testharness.supervisor) gives each pytest it starts a dir
   null, "memory": [source, [gpu names]]}` (a rerun appends again: the last line wins),
   `{"ending": true}` as the session's end (pytest_sessionfinish) begins, and `{"returned":
   code, "threads": [names]}` when pytest's main returned (its process has only Python's exit
-  left to do, which waits for those non-daemon threads).
+  left to do, which waits for those non-daemon threads), with `"usage_error": pytest's words`
+  when its session ended on a UsageError (`file or directory not found: ...`, exit 4).
   Appends of one short line survive the process dying right after; a torn last line is
   skipped.
 - `running/<pid>.json`: the test each test process (pytest, or an xdist worker) is in:
@@ -82,6 +83,7 @@ class Journal:
     ending: bool = False  # the session's end (pytest_sessionfinish) began
     returned: int | None = None  # what pytest's main returned (None: it never returned)
     threads: list[str] = field(default_factory=list)  # then: the non-daemon threads Python's exit waits for
+    usage_error: str | None = None  # pytest refused what it was given in its session (a path not found)
 
     def unrecorded(self, recorded: Iterable[str] = ()) -> list[str]:
         """The selected tests with neither a finished line nor an entry in `recorded`."""
@@ -116,6 +118,8 @@ def read_journal(directory: Path) -> Journal:
             journal.returned = entry["returned"]
             threads = entry.get("threads")
             journal.threads = [t for t in threads if isinstance(t, str)] if isinstance(threads, list) else []
+            usage_error = entry.get("usage_error")
+            journal.usage_error = usage_error if isinstance(usage_error, str) else None
     return journal
 
 
@@ -267,16 +271,3 @@ def where_it_died(crumb: Breadcrumb) -> str:
     if crumb.around is None:
         return ""
     return f", in the teardown of the fixtures around it (module, class or session scope) after the test {crumb.around}"
-
-
-# --- what pytest's exit code means once the journal and the summary are read -------------------
-
-# Exit codes by how bad they are: passed < nothing collected < failed < interrupted < usage
-# error < internal error < anything else (a signal, a code pytest never returns).
-_SEVERITY = {0: 0, 5: 1, 1: 2, 2: 3, 4: 4, 3: 5}
-INTERNAL_ERROR = 3
-
-
-def worse(a: int, b: int) -> int:
-    """The worse of two exit codes (a signal's negative code is worse than any of pytest's)."""
-    return a if _SEVERITY.get(a, 6) >= _SEVERITY.get(b, 6) else b

@@ -31,6 +31,7 @@ from typing import Any
 
 from testharness import metrics as metric_keys
 from testharness.crash_record import Breadcrumb, Journal, clip
+from testharness.exit_codes import INTERNAL_ERROR  # the exit status of a run whose record could not be written
 from testharness.record_files import discard, remove_previous, rewrite_results, write_results
 from testharness.results import (
     RESULTS_NAME,
@@ -43,7 +44,6 @@ from testharness.results import (
     with_teardown_error,
 )
 
-INTERNAL_ERROR = 3  # pytest's exit status of a run whose record could not be written
 PHASES = ("setup", "call", "teardown")
 FAILED = ("failed", "error")
 
@@ -97,6 +97,7 @@ class Record:
     memory_source: str = "none"
     carried: frozenset[str] = frozenset()  # the tests earlier rounds recorded
     deselected: int = 0
+    skipped_files: dict[str, str] = field(default_factory=dict)  # skipped at module level: why
     stopped: dict[str, str] | None = None  # what interrupted the session, for run_unit's last line
     path_keyed: frozenset[str] | None = None  # test files whose keys carry their path (set at collection)
     added: dict[str, float] = field(default_factory=dict)  # when git added each of those files
@@ -222,6 +223,10 @@ class Record:
             rec.hang = extra["hang"]
         if extra.get("crash") is not None:
             rec.crash = extra["crash"]
+
+    def add_error(self, nodeid: str, line: str) -> None:
+        """A file that could not be collected (or a conftest.py imported): an `error` entry."""
+        self.tests[nodeid] = OutcomeRecord(key=self.key(nodeid), outcome="error", attempts=["error"], error=line)
 
     def cut_short(self) -> None:
         """The attempts in progress (Ctrl-C, a crash) end without their teardown: a pass so far is an error."""

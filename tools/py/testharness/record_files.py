@@ -109,13 +109,17 @@ def rewrite_results(paths: Iterable[Path], data: dict[str, Any]) -> None:
         raise ResultsWriteError(f"the record is not JSON: {exc}") from None
 
 
-def amend_written(paths: Iterable[Path], status: int) -> None:
-    """Set `exit_status` in the files a finished session wrote (run_unit's verdict on it);
-    OSError, ValueError or ResultsWriteError when they cannot be read or rewritten."""
+def amend_written(paths: Iterable[Path], status: int) -> bool:
+    """Set `exit_status` in the files a finished session wrote (run_unit's verdict on it), where
+    it says another; whether they were rewritten. OSError, ValueError or ResultsWriteError when
+    they cannot be read or rewritten."""
     paths = list(paths)
     document = json.loads(paths[0].read_text(encoding="utf-8"))
+    if document.get("exit_status") == status:
+        return False
     document["exit_status"] = status
     rewrite_results(paths, document)
+    return True
 
 
 def remove_previous(results_dir: Path) -> str | None:

@@ -31,6 +31,7 @@ import pytest
 
 from testharness import gpu, real_ray, results, run_summary
 from testharness.contract import get_extra, is_xdist_worker, put_extra, run_of, settings_of, stash_record
+from testharness.exit_codes import USAGE_ERROR
 from testharness.history import RESULTS_DIR_ENV, sent_results_dir
 from testharness.metrics import clash_message
 from testharness.record import Record
@@ -48,6 +49,48 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help=f"write unit_results.json and unit_results/ here (env {RESULTS_DIR_ENV}; "
         "default: [tool.testharness] results_dir, only for runs on the test roots)",
     )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, args: list[str]) -> Generator[None, None, None]:
+    """A conftest.py that does not import ends pytest before its session (exit 4): the record
+    says so, and the previous run's is not left standing as this one's."""
+    try:
+        return (yield)
+    except Exception as exc:
+        known = early_config.known_args_namespace
+        if type(exc).__name__ == "ConftestImportFailure" and not (known.help or known.version):
+            _record_unimportable_conftest(early_config, exc)
+        raise
+
+
+def _record_unimportable_conftest(config: pytest.Config, exc: Exception) -> None:
+    cause, path = getattr(exc, "cause", exc), getattr(exc, "path", None)
+    where = os.path.relpath(path, config.invocation_params.dir) if path is not None else "a conftest.py"
+    line = f"{where} could not be imported: {type(cause).__name__}: {' '.join(str(cause).split())}"
+    try:
+        settings = settings_of(config)
+    except pytest.UsageError:
+        return  # a malformed [tool.testharness]: no record, said by the settings' own line
+    run = run_of(config)
+    if os.environ.get("PYTEST_XDIST_WORKER") or supervisor_gone(run):
+        return
+    # A pytest inside run_unit's run without being its own writes only where its command says.
+    results_dir = sent_results_dir(config.known_args_namespace.unit_results_dir, {} if run.nested else None)
+    if results_dir is None and settings.configured and not run.nested:
+        paths = list(config.known_args_namespace.file_or_dir or ())
+        base = config.invocation_params.dir if paths else config.rootpath
+        roots = tuple(r for r in settings.test_roots if r.is_dir())
+        if session_in_scope(paths or list(config.getini("testpaths")), Path(base), roots):
+            results_dir = settings.results_dir
+    record = Record(root=settings.root, test_roots=settings.test_roots, start=datetime.now())
+    record.begin(results_dir, True, None)
+    record.clear_previous()
+    record.add_error(where, line)
+    status = record.close(USAGE_ERROR, "not measured: no test ran (a conftest.py did not import)")
+    run_summary.write_before_collection(record, status, line, run.summary_file)
+    if record.write_error:
+        print(record.error_line(), file=sys.stderr)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -141,6 +184,24 @@ class _Recorder:
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
         self.st.note_deselected(len(items))
+        workeroutput = getattr(self.session.config, "workeroutput", None) if self.session else None
+        if isinstance(workeroutput, dict):  # an xdist worker: its count goes to the controller
+            workeroutput["testharness_deselected"] = self.st.deselected
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        # Every worker collects (and deselects) the same tests: the controller takes one count.
+        found = getattr(node, "workeroutput", {}).get("testharness_deselected")
+        if isinstance(found, int):
+            self.st.deselected = max(self.st.deselected, found)
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        # (xdist hands the controller its workers' failed and skipped collection reports.)
+        if report.failed:  # a test file that does not import: in the record, with pytest's error
+            self.st.add_error(report.nodeid, results.error_line(str(report.longrepr)))
+        elif report.skipped and isinstance(report.longrepr, (tuple, list)) and len(report.longrepr) == 3:
+            reason = str(report.longrepr[2]).removeprefix("Skipped: ")  # pytest.skip(allow_module_level=True)
+            self.st.skipped_files[report.nodeid or str(report.longrepr[0])] = reason
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:

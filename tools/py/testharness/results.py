@@ -69,6 +69,7 @@ class OutcomeRecord:
     leaks: list[dict[str, str]] = field(default_factory=list)  # hygiene: left after teardown
     hang: dict[str, Any] | None = None  # hygiene: the timeout's diagnosis
     crash: dict[str, str] | None = None  # its process died in it: {"cause", "stack"} (supervisor)
+    error: str | None = None  # a file that could not be collected or imported: pytest's error, one line
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -83,6 +84,8 @@ class OutcomeRecord:
             out["hang"] = self.hang
         if self.crash is not None:
             out["crash"] = self.crash
+        if self.error is not None:
+            out["error"] = self.error
         return out
 
     @classmethod
@@ -98,7 +101,16 @@ class OutcomeRecord:
             leaks=[x for x in map(_leak, leaks) if x] if isinstance(leaks, list) else [],
             hang=hang if isinstance(hang, dict) else None,
             crash={k: str(v) for k, v in crash.items()} if isinstance(crash, dict) else None,
+            error=str(entry["error"]) if entry.get("error") is not None else None,
         )
+
+
+def error_line(longrepr: str) -> str:
+    """pytest's report of a file it could not collect, in one line: its last `E   ` line (the
+    exception), else its last line."""
+    lines = [line.strip() for line in longrepr.splitlines() if line.strip()]
+    raised = [line.removeprefix("E").strip() for line in lines if line.startswith("E ")]
+    return (raised or lines or ["(no message)"])[-1]
 
 
 def git_commit(root: Path) -> str:
@@ -175,6 +187,7 @@ class TestRecord:
     leaks: tuple[Mapping[str, str], ...] = ()  # {"kind", "what", "detail"[, "owner"]}
     hang: Mapping[str, Any] | None = None  # {"timeout_s", "reason", "stuck", "stacks"}
     crash: Mapping[str, str] | None = None  # {"cause", "stack"}: its process died in it
+    error: str | None = None  # a file that could not be collected (or a conftest.py imported): pytest's error
 
 
 @dataclass(frozen=True)
@@ -237,7 +250,9 @@ def _parse_tests(raw: Any) -> dict[str, TestRecord]:
             leaks=tuple(_leak(x) for x in leaks if _leak(x)) if isinstance(leaks, list) else (),
             hang=hang if isinstance(hang, dict) else None,
             crash={k: str(v) for k, v in crash.items()} if isinstance(crash, dict) else None,
+            error=str(entry["error"]) if entry.get("error") is not None else None,
         )
+
     return tests
 
 

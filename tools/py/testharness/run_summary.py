@@ -1,6 +1,7 @@
 """The run summary: what run_unit reads to word its last line and reconcile its exit code
 (the file named by TESTHARNESS_SUMMARY_FILE, which run_unit's supervisor sets, taken only by the
-pytest bound to its run: testharness.run_binding; nothing is written without it). Its one writer is the recorder, at the session's end and whenever the
+pytest bound to its run: testharness.run_binding; nothing is written without it). Its one
+writer is the recorder, at the session's end and whenever the
 record's fate changes after it.
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -32,7 +33,22 @@ def write(session: pytest.Session, st: Record, path: Path | None) -> None:
         "results_copy": str(st.paths[1]) if st.paths else None,
         "results_error": st.write_error or None,
         "stopped": st.stopped,
+        "collection_errors": {nodeid: rec.error for nodeid, rec in st.tests.items() if rec.error is not None},
+        "module_skips": dict(st.skipped_files),
     }
+    _write(path, summary)
+
+
+def write_before_collection(st: Record, status: int, line: str, path: Path | None) -> None:
+    """pytest ended before its session (a conftest.py that does not import): why, and its record."""
+    if path is not None:
+        _write(path, {"exit_status": status, "before_collection": line, "collected": 0,
+                      "results": str(st.paths[0]) if st.paths else None,
+                      "results_copy": str(st.paths[1]) if st.paths else None,
+                      "results_error": st.write_error or None, "tests_exit_status": st.tests_status})  # fmt: skip
+
+
+def _write(path: Path, summary: dict[str, Any]) -> None:
     try:
         write_json_atomic(path, summary)
     except OSError as exc:  # run_unit then words its line from the exit status alone

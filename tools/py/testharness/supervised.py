@@ -40,10 +40,9 @@ import pytest
 from testharness import crash_record
 from testharness.contract import is_xdist_controller, is_xdist_worker, put_extra, record_of, run_of
 from testharness.crash_record import DUMP_SIGNAL
+from testharness.exit_codes import FRESH_PROCESS, USAGE_ERROR
 from testharness.record import Record
 from testharness.run_binding import Binding, this_process
-
-FRESH_PROCESS_EXIT = 75  # ends a process whose CUDA context a test made unusable (EX_TEMPFAIL)
 
 # One test at a time per process: the breadcrumb in progress, for set_deadline.
 _CURRENT: tuple[Path, crash_record.Breadcrumb] | None = None
@@ -98,14 +97,23 @@ def _update_breadcrumb(**changes: Any) -> None:
 def pytest_cmdline_main(config: pytest.Config) -> Generator[None, Any, Any]:
     """Journal what pytest's main returned: after it, only Python's exit (atexit handlers, the
     wait for threads left running) stands between the session's status and the exit code."""
-    code = yield
+    try:
+        code = yield
+    except pytest.UsageError as exc:  # a path that does not exist: pytest's main prints it, exits 4
+        _journal_return(config, USAGE_ERROR, {"usage_error": " ".join(str(exc).split())})
+        raise
+    if isinstance(code, int):
+        _journal_return(config, int(code), {})
+    return code
+
+
+def _journal_return(config: pytest.Config, code: int, extra: dict[str, str]) -> None:
     directory = run_of(config).supervise_dir  # None in a pytester run inside the session's process
-    if directory is not None and not is_xdist_worker(config) and isinstance(code, int):
+    if directory is not None and not is_xdist_worker(config):
         # The threads Python's exit will wait for: named, should one never end.
         waited = [t.name for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
         with contextlib.suppress(OSError):
-            crash_record.append_line(directory / crash_record.JOURNAL, {"returned": int(code), "threads": waited})
-    return code
+            crash_record.append_line(directory / crash_record.JOURNAL, {"returned": code, "threads": waited, **extra})
 
 
 @pytest.hookimpl(trylast=True)  # after the recorder's: the record is in the config
@@ -214,7 +222,7 @@ class _Supervised:
             # Every later CUDA call of this process would fail: the supervisor goes on with the
             # tests not run yet in a fresh one (its journal says why this process ends).
             self._journal({"fresh_process": item.nodeid, "cause": self.poisoned})
-            os._exit(FRESH_PROCESS_EXIT)
+            os._exit(FRESH_PROCESS)
         return result
 
     # Where a process dies in a test's teardown: in the test's own fixtures (its crash), or in

@@ -24,7 +24,9 @@ test does to its process.
   environment) it is among the supervisor's descendants; elsewhere it is found by the round's
   marker in its environment or as part of the Ray cluster it started (testharness.process_sweep).
 Files between the plugin and the supervisor: testharness.crash_record; the pytest process
-itself (its start, signals, the deadlines, the sweep): testharness.pytest_round.
+itself (its start, signals, the deadlines, the sweep): testharness.pytest_round; the exit codes
+and what the run's end means (`judge`, once per run, which the record then states):
+testharness.exit_codes.
 """
 
 from __future__ import annotations
@@ -39,25 +41,18 @@ from pathlib import Path
 from typing import Any
 
 from testharness import crash_record, process_sweep, record_files, results
-from testharness.crash_record import (
-    CARRIED_ENV,
-    INTERNAL_ERROR,
-    ONLY_ENV,
-    SUMMARY_FILE_ENV,
-    SUPERVISE_DIR_ENV,
-    SUPERVISOR_PID_ENV,
-)
+from testharness.crash_record import CARRIED_ENV, ONLY_ENV, SUMMARY_FILE_ENV, SUPERVISE_DIR_ENV, SUPERVISOR_PID_ENV
+from testharness.exit_codes import INTERNAL_ERROR, INTERRUPTED, TESTS_FAILED, USAGE_ERROR, verdict, worse
 from testharness.pytest_round import Round, run_forwarding_signals, say, sweep_round
 from testharness.record import Record
 
-INTERRUPTED, USAGE_ERROR = 2, 4
 # Arguments after which a failure ends the run: a crash is one, so nothing goes on after it.
 STOP_AT_FAILURE = ("-x", "--exitfirst", "--sw", "--stepwise", "--maxfail=1")
 
 
 @dataclass
 class Outcome:
-    """How the run as a whole ended, for unit_runner.interpret_exit."""
+    """How the run as a whole ended, for `judge`."""
 
     code: int
     stopped_by: str | None
@@ -99,6 +94,8 @@ def supervise(cmd: list[str], env: dict[str, str], tmp: Path) -> Outcome:
             carried.add_journal(journal)
             dead = _blame(rnd, journal, code, carried)
         sweep_round(rnd)  # before the next round, after the crash is named
+        if summary is not None and summary.get("before_collection"):  # a conftest.py did not import
+            return Outcome(code, stopped_by, summary)
         if summary is not None:  # pytest ended its session
             outcome = _session_ended(code, stopped_by, summary, journal, carried, rnd)
             rerun = _crashed_workers_to_rerun(outcome, reruns) if stopped_by is None else None
@@ -134,7 +131,7 @@ def supervise(cmd: list[str], env: dict[str, str], tmp: Path) -> Outcome:
             return write_record(carried, INTERNAL_ERROR, None)
         again = [n for n in carried.to_rerun(reruns) if n in dead]
         if (not remaining and not again) or stop_at_failure:
-            return write_record(carried, 1, None)
+            return write_record(carried, TESTS_FAILED, None)
         if again:
             say(f"run_unit: running {len(again)} crashed test(s) again (--rerun-failures {reruns}) in a fresh pytest")
         if remaining:
@@ -193,7 +190,7 @@ def _no_session(code: int, journal: crash_record.Journal, rnd: Round) -> Outcome
     """pytest ended before a session started: its own answer (--version, --markers, a refused
     argument), or a death while plugins and conftest.py files were loaded (os._exit, a crash)."""
     if journal.returned is not None:
-        return Outcome(crash_record.worse(code, journal.returned), None, None)
+        return Outcome(worse(code, journal.returned), None, None)
     if code == USAGE_ERROR:  # pytest refused its arguments or configuration before its main ran
         return Outcome(code, None, None)
     return _died("before its tests were collected, while loading its plugins and conftest.py files", code, rnd)
@@ -209,7 +206,7 @@ def reconcile(code: int, returned: int | None, session_status: int, ended_late: 
         return INTERNAL_ERROR, f"pytest died after its session ended ({_how(code)})"
     if code == returned:
         return code, None
-    if crash_record.worse(code, returned) == returned:  # e.g. os._exit(0) in an atexit handler
+    if worse(code, returned) == returned:  # e.g. os._exit(0) in an atexit handler
         return returned, (f"pytest's process exited with {code} after its session ended with {returned} "
                           f"(an atexit handler or os._exit): the session's status stands")  # fmt: skip
     return (
@@ -223,9 +220,11 @@ def _session_ended(
     rnd: Round,
 ) -> Outcome:  # fmt: skip
     """The round's pytest ended its session: the run's status is the worse of its exit code,
-    what its session recorded, and what the journal saw; the record is amended to match."""
+    what its session recorded, and what the journal saw (`judge` then has the record state it)."""
     recorded = summary.get("exit_status")
     session_status = recorded if isinstance(recorded, int) and not isinstance(recorded, bool) else code
+    if journal.usage_error is not None:
+        summary = {**summary, "usage_error": journal.usage_error}
     if stopped_by is not None and summary.get("stopped") is not None:
         return Outcome(code, stopped_by, summary)  # stopped as asked: "interrupted"
     status, why = reconcile(code, journal.returned, session_status, rnd.ended_late)
@@ -240,21 +239,22 @@ def _session_ended(
             summary = {**summary, "died": why}
         else:
             say(f"run_unit: {why}")
-    if status != session_status:
-        _amend_record(summary, status)
     return Outcome(status, stopped_by, summary)
 
 
-def _amend_record(summary: dict[str, Any], status: int) -> None:
-    """The record pytest wrote states the status the run ends with (the supervisor only
-    corrects its `exit_status`, through the files' one writer)."""
+def judge(outcome: Outcome) -> tuple[int, str]:
+    """The run's verdict, decided once (exit_codes.verdict): (run_unit's exit code, its closing
+    line). The record pytest (or the supervisor) wrote states that exit code: where it says
+    another, its `exit_status` is corrected, through the files' one writer."""
+    status, line = verdict(outcome.code, outcome.summary, outcome.stopped_by)
+    summary = outcome.summary or {}
     paths = [Path(p) for p in (summary.get("results"), summary.get("results_copy")) if isinstance(p, str)]
-    if not paths:
-        return
     try:
-        record_files.amend_written(paths, status)
+        if paths:
+            record_files.amend_written(paths, status)
     except (OSError, ValueError, TypeError) as exc:  # ResultsWriteError is an OSError
         say(f"run_unit: could not set exit_status {status} in {paths[0]}: {exc}")
+    return status, line
 
 
 def _blame(rnd: Round, journal: crash_record.Journal, code: int, carried: Record) -> list[str]:

@@ -1,6 +1,6 @@
 """What `testharness run-unit` does (and a project's thin run_unit.sh, as this repository's
 tests/run_unit.sh), in testable Python: flags, Ray cluster discovery, GPU count, test assets,
-the pytest command, and what pytest's exit code means for the script.
+the pytest command (what pytest's exit code means for the script: testharness.exit_codes).
 
 `python -m testharness.unit_runner [run-unit flags] [pytest args | paths]`; a wrapper script
 names itself in the help with $TESTHARNESS_PROG.
@@ -9,7 +9,6 @@ names itself in the help with $TESTHARNESS_PROG.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -18,11 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from testharness import ci_report
+from testharness.exit_codes import INTERRUPTED, USAGE_ERROR
 from testharness.history import HISTORY_ENV, RESULTS_DIR_ENV
 from testharness.requirements import first_option_problem
 from testharness.results import DATED_DIR, RESULTS_NAME
 from testharness.settings import MarkerGroup, Settings, SettingsError, load_settings
-from testharness.supervisor import supervise
+from testharness.supervisor import judge, supervise
 from testharness.upstream_paths import has_path_arg, map_upstream_paths
 
 PROG_ENV = "TESTHARNESS_PROG"  # what the user runs, for the help (a wrapper script names itself)
@@ -57,10 +57,6 @@ def usage(groups: Sequence[MarkerGroup] = (), prog: str | None = None) -> str:
         "Without paths the test roots run ([tool.testharness] test_roots, else pytest's testpaths).",
     ]
     return "\n".join(lines)
-
-
-# pytest's exit codes (pytest.ExitCode), without importing pytest here.
-OK, TESTS_FAILED, INTERRUPTED, INTERNAL_ERROR, USAGE_ERROR, NO_TESTS = 0, 1, 2, 3, 4, 5
 
 
 class UsageError(Exception):
@@ -151,100 +147,6 @@ def discover(env: dict[str, str]) -> tuple[str | None, int]:
     if count is None:
         count = gpu.local_gpu_count()
     return address, count
-
-
-# --- exit codes ---------------------------------------------------------------------------
-
-
-def _count(summary: dict[str, object] | None, key: str) -> int:
-    value = summary.get(key) if summary else None
-    return value if isinstance(value, int) else 0
-
-
-def _text(summary: dict[str, object] | None, key: str) -> str | None:
-    value = summary.get(key) if summary else None
-    return value if isinstance(value, str) and value else None
-
-
-def interpret_exit(code: int, summary: dict[str, object] | None, stopped_by: str | None = None) -> tuple[int, str]:
-    """(the script's exit code, the closing line) for pytest's exit code; `stopped_by`: the
-    stop signal this script received and passed on, if any. `summary` is what the plugin wrote
-    (testharness.run_summary): where the results went or why they could not be written, what
-    stopped the session, what was collected."""
-    error, died = _text(summary, "results_error"), _text(summary, "died")
-    if error is None and died is None:
-        return _tests_line(code, summary, stopped_by)
-    # Exit 3 whatever the tests did (no record, or pytest died outside a test): say what they did too.
-    tests = summary.get("tests_exit_status" if error is not None else "exit_status") if summary else None
-    tests_code = tests if isinstance(tests, int) and not isinstance(tests, bool) else code if error else None
-    parts = [f"no results were written ({error})"] if error is not None else [str(died)]
-    if tests_code is not None:
-        _status, line = _tests_line(tests_code, summary, stopped_by)
-        parts.append("the tests: " + line.removeprefix("run_unit: ").removeprefix("FAILED: "))
-    if error is not None and died is not None:
-        parts.append(died)
-    return INTERNAL_ERROR, "run_unit: FAILED: " + "; ".join(parts)
-
-
-def _stopped_early(summary: dict[str, object] | None, where: str) -> str:
-    """The closing line of a run that pytest ended early with exit 2 without a stop signal
-    reaching this script, from what the plugin saw interrupt it (`stopped`)."""
-    stopped = summary.get("stopped") if summary else None
-    by = stopped.get("by") if isinstance(stopped, dict) else None
-    reason = stopped.get("reason") if isinstance(stopped, dict) else None
-    reason = reason if isinstance(reason, str) else ""
-    if by == "signal":  # sent to pytest itself, not through this script
-        return f"run_unit: interrupted by {reason}{where}"
-    if by == "pytest":  # session.shouldstop: --sw after a failure, xdist's --maxfail, a plugin
-        return f"run_unit: pytest stopped the run early: {reason}{where}"
-    if by == "exit":
-        return f"run_unit: stopped by pytest.exit(): {reason}{where}"
-    if by == "KeyboardInterrupt":
-        return f"run_unit: stopped by a KeyboardInterrupt raised in a test or plugin (no stop signal){where}"
-    if by == "collection":
-        return f"run_unit: stopped by errors during collection ({reason}; see the ERROR lines above)"
-    # No word from the plugin: pytest stopped itself, nearly always on `Interrupted: N errors
-    # during collection`.
-    return (
-        "run_unit: stopped by errors during collection (see the ERROR lines above), or a test "
-        "or plugin ended the session (pytest.exit, KeyboardInterrupt)"
-    )
-
-
-def _tests_line(code: int, summary: dict[str, object] | None, stopped_by: str | None) -> tuple[int, str]:
-    results = _text(summary, "results")
-    where = f"; results of the tests that ran: {results}" if results else ""
-    if (
-        stopped_by is not None
-        and summary is not None
-        and summary.get("stopped") is None
-        and code in (OK, TESTS_FAILED, NO_TESTS)
-    ):
-        # The session ran to its end: a test or library swallowed the signal (its own handler).
-        _status, line = _tests_line(code, summary, None)
-        return _status, f"{line} ({stopped_by} reached the run but stopped nothing: a test or library caught it)"
-    if stopped_by is not None or code < 0:
-        name = stopped_by or signal.Signals(-code).name
-        return INTERRUPTED, f"run_unit: interrupted by {name}{where}"
-    if code == OK:
-        return 0, "run_unit: all selected tests passed"
-    if code == TESTS_FAILED:
-        return 1, "run_unit: FAILED: some tests failed (see the summary above)"
-    if code == INTERRUPTED:
-        # A Ctrl-C from the terminal reaches this script too (above): no signal came this way.
-        return 2, _stopped_early(summary, where)
-    if code == USAGE_ERROR:
-        return 2, "run_unit: pytest rejected the arguments (see the error above)"
-    if code == NO_TESTS:
-        collected = _count(summary, "collected")
-        deselected = _count(summary, "deselected")
-        if deselected > 0 and collected == 0:
-            return 0, (
-                f"run_unit: no tests collected: the selection (markers, -k, --shard) matched "
-                f"none of the {deselected} tests found"
-            )
-        return 5, "run_unit: no tests collected: no test found at the given paths"
-    return code, f"run_unit: pytest stopped with an internal error (exit {code})"
 
 
 # --- the CI files, checked before the run ---------------------------------------------------
@@ -342,14 +244,16 @@ def main(argv: list[str] | None = None) -> int:
         print("run_unit: " + " ".join(cmd[1:]), flush=True)
         run = supervise(cmd, env, Path(tmp))
         code = run.code
-        status, message = interpret_exit(code, run.summary, run.stopped_by)
-    if code != USAGE_ERROR:
-        results = _text(run.summary, "results")
+        status, message = judge(run)
+    refused = code == USAGE_ERROR and status != USAGE_ERROR  # pytest refused its arguments: the usage
+    if not refused:
+        results = (run.summary or {}).get("results")
+        results = results if isinstance(results, str) and results else None
         for problem in ci_report.write_unit_outputs(
             plan.junitxml, results, run.summary, message, summary_problem is None
         ):
             print(f"run_unit: {problem}", file=sys.stderr)
-    if code == USAGE_ERROR:
+    if refused:
         print(usage(settings.marker_groups), file=sys.stderr)
     print(message, file=sys.stderr if status else sys.stdout)
     return status

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from records_project import RUN_UNIT, read_results, run_env, run_unit_sh, write_project
 
-from testharness.crash_record import INTERNAL_ERROR, worse
+from testharness.exit_codes import INTERNAL_ERROR, worse
 from testharness.supervisor import reconcile
 
 DONE_WITHIN_S = 60  # the bound on every reproduction

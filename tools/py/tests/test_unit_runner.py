@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from testharness import requirements
+from testharness.exit_codes import verdict as interpret_exit
 from testharness.settings import MarkerGroup, load_settings
-from testharness.unit_runner import build_assets, interpret_exit, usage
+from testharness.unit_runner import build_assets, usage
 from testharness.upstream_paths import has_path_arg, map_upstream_paths
 
 MCORE = MarkerGroup(
@@ -347,5 +348,8 @@ def test_run_unit_names_a_collection_error(upstream_project: pytest.Pytester) ->
     assert result.ret == 2
     result.stdout.fnmatch_lines(["*Interrupted: 1 error during collection*"])
     last = [line for line in result.errlines if line.strip()][-1]
-    assert last.startswith("run_unit: stopped by errors during collection"), result.errlines
+    assert last == (
+        "run_unit: FAILED: 1 test file(s) could not be collected: tests/unit/test_broken.py: "
+        "ModuleNotFoundError: No module named 'no_such_module_xyz' (see the ERROR lines above)"
+    ), result.errlines
     assert "Ctrl-C" not in result.stdout.str() + result.stderr.str()
