@@ -109,16 +109,32 @@ def rewrite_results(paths: Iterable[Path], data: dict[str, Any]) -> None:
         raise ResultsWriteError(f"the record is not JSON: {exc}") from None
 
 
-def amend_written(paths: Iterable[Path], status: int) -> bool:
-    """Set `exit_status` in the files a finished session wrote (run_unit's verdict on it), where
-    it says another; whether they were rewritten. OSError, ValueError or ResultsWriteError when
-    they cannot be read or rewritten."""
-    paths = list(paths)
-    document = json.loads(paths[0].read_text(encoding="utf-8"))
+def own_files(latest: Path | None, dated: Path) -> tuple[str, list[Path]]:
+    """A run's record, read from its own dated copy (a name no other run takes), and the files
+    that hold it: that copy, and the latest `unit_results.json` while it is still this run's
+    (two runs in one checkout: the one that ended last owns it). OSError when the copy cannot
+    be read."""
+    text = dated.read_text(encoding="utf-8")
+    files = [dated]
+    if latest is not None:
+        try:
+            if latest.read_text(encoding="utf-8") == text:  # both written from one text
+                files.insert(0, latest)
+        except OSError:
+            pass  # gone, or replaced by a directory: not this run's any more
+    return text, files
+
+
+def amend_written(latest: Path | None, dated: Path, status: int) -> bool:
+    """Set `exit_status` in the files of a finished session's record (run_unit's verdict on it:
+    `own_files`, never another run's), where it says another; whether they were rewritten.
+    OSError, ValueError or ResultsWriteError when they cannot be read or rewritten."""
+    text, files = own_files(latest, dated)
+    document = json.loads(text)
     if document.get("exit_status") == status:
         return False
     document["exit_status"] = status
-    rewrite_results(paths, document)
+    rewrite_results(files, document)
     return True
 
 

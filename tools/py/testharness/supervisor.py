@@ -144,19 +144,27 @@ def _crashed_workers_to_rerun(outcome: Outcome, reruns: int) -> tuple[Record, li
     """Under -n a crash ends an xdist worker, not the session: the tests that crashed theirs and
     may run again (--rerun-failures) do so in a fresh round, which writes the run's one record
     (this round's files are removed: ONE record per run)."""
-    summary = outcome.summary or {}
-    paths = [Path(p) for p in (summary.get("results"), summary.get("results_copy")) if isinstance(p, str)]
-    if not reruns or outcome.code not in (0, 1) or not paths:
+    latest, dated = _written(outcome)
+    if not reruns or outcome.code not in (0, 1) or dated is None:
         return None
     try:
-        carried = Record.from_document(json.loads(paths[0].read_text(encoding="utf-8")))
+        text, files = record_files.own_files(latest, dated)
+        carried = Record.from_document(json.loads(text))
     except (OSError, ValueError):
         return None
     again = carried.to_rerun(reruns)
     if not again:
         return None
-    record_files.discard(paths)
+    record_files.discard(files)
     return carried, again
+
+
+def _written(outcome: Outcome) -> tuple[Path | None, Path | None]:
+    """Where the session wrote the record: the latest `unit_results.json` (shared by every run
+    of the checkout) and this run's own dated copy."""
+    summary = outcome.summary or {}
+    latest, dated = summary.get("results"), summary.get("results_copy")
+    return (Path(latest) if isinstance(latest, str) else None), (Path(dated) if isinstance(dated, str) else None)
 
 
 def reruns_of(cmd: Sequence[str]) -> int:
@@ -247,13 +255,12 @@ def judge(outcome: Outcome) -> tuple[int, str]:
     line). The record pytest (or the supervisor) wrote states that exit code: where it says
     another, its `exit_status` is corrected, through the files' one writer."""
     status, line = verdict(outcome.code, outcome.summary, outcome.stopped_by)
-    summary = outcome.summary or {}
-    paths = [Path(p) for p in (summary.get("results"), summary.get("results_copy")) if isinstance(p, str)]
+    latest, dated = _written(outcome)
     try:
-        if paths:
-            record_files.amend_written(paths, status)
+        if dated is not None:
+            record_files.amend_written(latest, dated, status)
     except (OSError, ValueError, TypeError) as exc:  # ResultsWriteError is an OSError
-        say(f"run_unit: could not set exit_status {status} in {paths[0]}: {exc}")
+        say(f"run_unit: could not set exit_status {status} in {dated}: {exc}")
     return status, line
 
 
@@ -293,4 +300,5 @@ def write_record(carried: Record, status: int, summary: dict[str, Any] | None) -
         return Outcome(
             INTERNAL_ERROR, None, {**(summary or {}), "results_error": carried.write_error, "tests_exit_status": status}
         )
-    return Outcome(status, None, {"exit_status": status, **(summary or {}), "results": str(carried.paths[0])})
+    written = {"results": str(carried.paths[0]), "results_copy": str(carried.paths[1])}
+    return Outcome(status, None, {"exit_status": status, **(summary or {}), **written})

@@ -247,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
         status, message = judge(run)
     refused = code == USAGE_ERROR and status != USAGE_ERROR  # pytest refused its arguments: the usage
     if not refused:
-        results = (run.summary or {}).get("results")
+        # This run's own dated copy: the latest unit_results.json may be another run's by now.
+        results = (run.summary or {}).get("results_copy")
         results = results if isinstance(results, str) and results else None
         for problem in ci_report.write_unit_outputs(
             plan.junitxml, results, run.summary, message, summary_problem is None
