@@ -43,6 +43,13 @@ def run_env(root: Path) -> dict[str, str]:
     return env
 
 
+def joining(head: Any) -> dict[str, str]:
+    """The variables (for run_unit_sh) of a run whose -n workers join `head`, the module's
+    cluster (xdist_project.shared_head), instead of starting and stopping one of their own:
+    for the tests that look at something else than Ray's start (~6 CPU-s a start)."""
+    return {"RAY_ADDRESS": head.address, "RAY_AUTH_MODE": "token", "RAY_TMPDIR": head.ray_tmpdir}
+
+
 def read_results(root: Path) -> dict[str, Any]:
     return json.loads((root / "out" / "unit_results.json").read_text())
 

@@ -1,6 +1,8 @@
 """The results record tells the truth about how a run ended: the exit status pytest really
 exits with (real pytest-testmon, sharding and xdist in the loop), runs that execute no test,
-and metric keys of test files that share a name. Every run is a real pytest subprocess.
+and metric keys of test files that share a name. Every run is a real pytest subprocess; under
+-n its workers join the module's Ray cluster (xdist_project.shared_head) rather than start one per
+run: what these tests look at is the record, not the start of a cluster (test_parallel.py's).
 """
 
 from __future__ import annotations
@@ -11,18 +13,23 @@ import sys
 from pathlib import Path
 
 import pytest
-from records_project import read_results, run_env, write_project
+from records_project import joining, read_results, run_env, write_project
 
 from testharness.history import load_history
 
 # --- the recorded exit status is the one pytest exits with -----------------------------------
 
 
-def _pytest(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _pytest(root: Path, *args: str, ray: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:randomly", *args], cwd=root, env=run_env(root),
+        [sys.executable, "-m", "pytest", "-p", "no:randomly", *args], cwd=root, env={**run_env(root), **(ray or {})},
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
+
+
+def _ray(request: pytest.FixtureRequest, xdist: list[str]) -> dict[str, str]:
+    """Under -n, the variables that join the module's Ray cluster."""
+    return joining(request.getfixturevalue("shared_head")) if xdist else {}
 
 
 QUICK_TESTS = {
@@ -32,12 +39,16 @@ QUICK_TESTS = {
 
 
 @pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
-def test_testmon_with_nothing_to_run_is_recorded_as_exit_0(tmp_path: Path, xdist: list[str]) -> None:
+def test_testmon_with_nothing_to_run_is_recorded_as_exit_0(
+    tmp_path: Path, xdist: list[str], request: pytest.FixtureRequest
+) -> None:
     root = write_project(tmp_path, QUICK_TESTS)
-    first = _pytest(root, "--testmon", *xdist)
+    first = _pytest(root, "--testmon", *xdist, ray=_ray(request, xdist))
     assert first.returncode == 0, first.stdout + first.stderr
     assert read_results(root)["exit_status"] == 0
-    again = _pytest(root, "--testmon", *xdist)  # nothing changed: testmon deselects everything
+    again = _pytest(
+        root, "--testmon", *xdist, ray=_ray(request, xdist)
+    )  # nothing changed: testmon deselects everything
     assert again.returncode == 0, again.stdout + again.stderr
     doc = read_results(root)
     assert doc["exit_status"] == 0 and doc["tests"] == {}
@@ -50,9 +61,11 @@ def test_an_empty_shard_is_recorded_as_exit_0(tmp_path: Path) -> None:
     assert read_results(root)["exit_status"] == 0
 
 
-def test_xdist_controller_writes_one_record_with_the_workers_metrics(tmp_path: Path) -> None:
+def test_xdist_controller_writes_one_record_with_the_workers_metrics(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     root = write_project(tmp_path, {**QUICK_TESTS, "tests/test_bad.py": "def test_bad():\n    assert False\n"})
-    proc = _pytest(root, "-n", "2")
+    proc = _pytest(root, "-n", "2", ray=_ray(request, ["-n", "2"]))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     doc = read_results(root)
     assert doc["exit_status"] == 1
@@ -94,7 +107,9 @@ def test_history_ignores_records_of_runs_without_tests(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
-def test_test_files_sharing_a_name_get_distinct_stable_keys(tmp_path: Path, xdist: list[str]) -> None:
+def test_test_files_sharing_a_name_get_distinct_stable_keys(
+    tmp_path: Path, xdist: list[str], request: pytest.FixtureRequest
+) -> None:
     # Not a git checkout: the first by path keeps the short keys (test_tracker.py: with git).
     root = write_project(tmp_path, {
         "tests/a/test_x.py": "def test(tracker):\n    tracker.track('v', 'a')\n",
@@ -103,7 +118,7 @@ def test_test_files_sharing_a_name_get_distinct_stable_keys(tmp_path: Path, xdis
     })  # fmt: skip
     for d in ("tests/a", "tests/b"):
         (root / d / "__init__.py").write_text("")  # two modules named test_x need packages
-    proc = _pytest(root, *xdist)  # under -n the controller keys what the workers send alike
+    proc = _pytest(root, *xdist, ray=_ray(request, xdist))  # under -n the controller keys what the workers send alike
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "share the name test_x.py" in proc.stdout
     doc = read_results(root)
@@ -113,6 +128,8 @@ def test_test_files_sharing_a_name_get_distinct_stable_keys(tmp_path: Path, xdis
         "test_y::test": "y",
     }
     assert doc["tests"]["tests/b/test_x.py::test"]["key"] == "tests/b/test_x::test"
-    only_b = _pytest(root, "tests/b/test_x.py", *xdist)  # the key does not depend on what a run selects
+    only_b = _pytest(
+        root, "tests/b/test_x.py", *xdist, ray=_ray(request, xdist)
+    )  # the key does not depend on what a run selects
     assert only_b.returncode == 0
     assert list(read_results(root)["metrics"]) == ["tests/b/test_x::test"]

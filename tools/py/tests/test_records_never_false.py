@@ -21,14 +21,18 @@ from pathlib import Path
 
 import psutil
 import pytest
-from records_project import read_results, run_env, write_project
+from records_project import joining, read_results, run_env, write_project
+from xdist_project import Head
 
 RUN_UNIT = Path(__file__).resolve().parents[3] / "tests" / "run_unit.sh"  # this repository's
 
 
-def _run(root: Path, *args: str, unit: bool = False, fsize: int | None = None) -> subprocess.CompletedProcess[str]:
+def _run(
+    root: Path, *args: str, unit: bool = False, fsize: int | None = None, ray: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """pytest (or run_unit.sh with `unit`) on the project at `root`; `fsize`: a file size limit
-    for the run (RLIMIT_FSIZE: a write past it fails with EFBIG, as on a full disk)."""
+    for the run (RLIMIT_FSIZE: a write past it fails with EFBIG, as on a full disk); `ray`: the
+    variables that join a cluster (records_project.joining)."""
 
     def limit() -> None:
         if fsize is not None:
@@ -36,7 +40,7 @@ def _run(root: Path, *args: str, unit: bool = False, fsize: int | None = None) -
 
     cmd = ["bash", str(RUN_UNIT)] if unit else [sys.executable, "-m", "pytest"]
     return subprocess.run(
-        [*cmd, "-p", "no:randomly", *args], cwd=root, env=run_env(root), capture_output=True, text=True,
+        [*cmd, "-p", "no:randomly", *args], cwd=root, env={**run_env(root), **(ray or {})}, capture_output=True, text=True,
         timeout=300, preexec_fn=limit,
     )  # fmt: skip
 
@@ -289,12 +293,16 @@ def test_leaves_a_tracking_thread(tracker):
 
 
 @pytest.mark.parametrize("xdist", [[], ["-n", "1"]], ids=["serial", "xdist"])
-def test_a_thread_still_tracking_cannot_break_the_write(tmp_path: Path, xdist: list[str]) -> None:
+def test_a_thread_still_tracking_cannot_break_the_write(
+    tmp_path: Path, xdist: list[str], request: pytest.FixtureRequest
+) -> None:
     # It kept adding keys while the record was serialised: "dictionary changed size during
     # iteration", no results, exit 0. Several tests, so the write happens many times.
     files = {f"tests/test_t{i}.py": TRACKING_THREAD for i in range(4)}
     root = write_project(tmp_path, files)
-    proc = _run(root, *xdist)
+    # Under -n its worker joins the module's Ray cluster (xdist_project.shared_head): the record's
+    # write is what this looks at, not a cluster's start.
+    proc = _run(root, *xdist, ray=joining(request.getfixturevalue("shared_head")) if xdist else None)
     assert proc.returncode == 0, _out(proc)
     assert "not written" not in _out(proc) and "Traceback" not in _out(proc)
     doc = read_results(root)
@@ -319,12 +327,14 @@ def test_a_stepwise_stop_is_named_as_such(tmp_path: Path) -> None:
     assert read_results(root)["exit_status"] == 2
 
 
-def test_a_test_that_crashes_its_xdist_worker_is_recorded_failed_as_the_terminal_says(tmp_path: Path) -> None:
+def test_a_test_that_crashes_its_xdist_worker_is_recorded_failed_as_the_terminal_says(
+    tmp_path: Path, shared_head: Head
+) -> None:
     root = write_project(
         tmp_path,
         {"tests/test_crash.py": "import os\n\ndef test_crash():\n    os.abort()\n\ndef test_ok():\n    pass\n"},
     )
-    proc = _run(root, "-n", "1", "-p", "no:cacheprovider")
+    proc = _run(root, "-n", "1", "-p", "no:cacheprovider", ray=joining(shared_head))
     assert proc.returncode == 1, _out(proc)
     # The crash is one failure (the harness's scheduler never runs the crashed test again, and
     # the rest of its file runs on the replacement worker): one attempt recorded, as the

@@ -1,7 +1,8 @@
 """A pytest that a test starts is not part of the run (issue 56): it is bound to run_unit's run
 only where it is the supervisor's own pytest (or an xdist worker of it), never by the
 environment it inherits. Through tests/run_unit.sh on a throwaway project, with a real nested
-pytest, a real os._exit and a real segfault after it.
+pytest, a real os._exit and a real segfault after it (serially both in one run, one file each:
+the second file's nested pytest runs in the round the first file's crash started).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ def test_runs_pytest_inside():
     inner = Path(__file__).parent / "inner_check.py"
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
                            str(inner)], capture_output=True, text=True)
-    Path(os.environ["INNER_OUT"]).write_text(proc.stdout + proc.stderr)
+    Path(os.environ["INNER_OUT"], Path(__file__).stem).write_text(proc.stdout + proc.stderr)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 def test_dies():
@@ -35,35 +36,39 @@ INNER = "def test_inner():\n    pass\n"
 
 
 @pytest.mark.parametrize(
-    ("die", "cause", "xdist"),
+    ("dies", "xdist"),
     [
-        ("os._exit(0)", "exited with code 0", []),
-        ("ctypes.string_at(0)", "SIGSEGV", []),
+        # file: (how its test_dies dies, the crash's cause)
+        ({"test_a": ("os._exit(0)", "exited with code 0"), "test_b": ("ctypes.string_at(0)", "SIGSEGV")}, []),
         # The nested pytest of a test in an xdist worker inherits PYTEST_XDIST_WORKER too.
-        ("os._exit(0)", "its xdist worker died", ["-n", "2"]),
+        ({"test_a": ("os._exit(0)", "its xdist worker died")}, ["-n", "2"]),
     ],
-    ids=["os_exit_0", "segfault", "os_exit_0_xdist"],
+    ids=["os_exit_0_and_segfault", "os_exit_0_xdist"],
 )
 def test_a_nested_pytest_writes_nothing_of_the_outer_run(
-    tmp_path: Path, die: str, cause: str, xdist: list[str]
+    tmp_path: Path, dies: dict[str, tuple[str, str]], xdist: list[str]
 ) -> None:
-    root = write_project(tmp_path, {"tests/test_a.py": NESTED.replace("DIE", die), "tests/inner_check.py": INNER})
-    inner_out = tmp_path / "inner.txt"
+    files = {f"tests/{name}.py": NESTED.replace("DIE", die) for name, (die, _cause) in dies.items()}
+    root = write_project(tmp_path, {**files, "tests/inner_check.py": INNER})
+    inner_out = tmp_path / "inner"
+    inner_out.mkdir()
     proc = run_unit_sh(root, *xdist, timeout=120, INNER_OUT=str(inner_out))
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out
-    assert "1 passed" in inner_out.read_text()  # the inner pytest ran, as a run of its own
-    assert "no record" in inner_out.read_text()  # ... and says why it wrote none
     tests = read_results(root)["tests"]
-    assert {k: v["outcome"] for k, v in tests.items()} == {
-        "tests/test_a.py::test_runs_pytest_inside": "passed",
-        "tests/test_a.py::test_dies": "failed",
-        "tests/test_a.py::test_fails": "failed",
-    }, out
-    assert cause in tests["tests/test_a.py::test_dies"]["crash"]["cause"]
+    expected = {}
+    for name, (_die, cause) in dies.items():
+        said = (inner_out / name).read_text()
+        assert "1 passed" in said  # the inner pytest ran, as a run of its own
+        assert "no record" in said  # ... and says why it wrote none
+        expected.update({f"tests/{name}.py::test_runs_pytest_inside": "passed",
+                         f"tests/{name}.py::test_dies": "failed", f"tests/{name}.py::test_fails": "failed"})  # fmt: skip
+        assert cause in tests[f"tests/{name}.py::test_dies"]["crash"]["cause"]
+        # (xdist reports its worker's)
+        assert (f"CRASHED: tests/{name}.py::test_dies" in proc.stderr) == (not xdist)
+    assert {k: v["outcome"] for k, v in tests.items()} == expected, out
     assert "the third test ran" in proc.stdout  # it ran, after the crash
     assert len(list((root / "out" / "unit_results").glob("*.json"))) == 1
-    assert ("CRASHED: tests/test_a.py::test_dies" in proc.stderr) == (not xdist)  # (xdist reports its worker's)
 
 
 # --- the decision, pure -------------------------------------------------------------------------

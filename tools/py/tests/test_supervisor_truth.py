@@ -19,7 +19,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from records_project import RUN_UNIT, read_results, run_env, run_unit_sh, write_project
+from records_project import RUN_UNIT, joining, read_results, run_env, run_unit_sh, write_project
 
 from testharness.exit_codes import INTERNAL_ERROR, worse
 from testharness.supervisor import reconcile
@@ -43,12 +43,18 @@ def _marked(mark: str) -> list[str]:
     return found
 
 
-def _run(root: Path, *args: str, **env: str) -> tuple[subprocess.CompletedProcess[str], str, list[str]]:
+def _run(root: Path, *args: str, mark: str = "", **env: str) -> tuple[subprocess.CompletedProcess[str], str, list[str]]:
     """run_unit.sh within the bound; (the process, its last line, what it left behind)."""
-    mark = f"LEFTOVER_MARK_{uuid.uuid4().hex}"
+    mark = mark or f"LEFTOVER_MARK_{uuid.uuid4().hex}"
     proc = run_unit_sh(root, *args, timeout=DONE_WITHIN_S, LEFTOVER_MARK=mark, **env)
     closing = proc.stderr if proc.returncode else proc.stdout  # run_unit's last line: stdout when it passed
     return proc, (closing.strip().splitlines() or [""])[-1], _marked(mark)
+
+
+def _ray(request: pytest.FixtureRequest, xdist: list[str]) -> dict[str, str]:
+    """Under -n, the module's Ray cluster to join (xdist_project.shared_head): what these tests
+    look at is the supervisor's, not the start of a cluster (test_parallel.py's)."""
+    return joining(request.getfixturevalue("shared_head")) if xdist else {}
 
 
 def _dated(root: Path) -> list[Path]:
@@ -166,10 +172,14 @@ def test_b():
 
 def test_pytest_dies_with_its_supervisor_and_writes_no_record_later(tmp_path: Path) -> None:
     root = write_project(tmp_path, {"tests/test_a.py": KILLS_SUPERVISOR})
-    proc, _last, _left = _run(root)
+    mark = f"LEFTOVER_MARK_{uuid.uuid4().hex}"
+    proc, _last, _left = _run(root, mark=mark)
     assert proc.returncode == -signal.SIGKILL, proc.stdout + proc.stderr  # bash exec'd the supervisor
-    time.sleep(9)  # past both tests: an orphaned pytest would have written its record by now
-    assert not (root / "out" / "unit_results.json").exists()
+    deadline = time.monotonic() + DONE_WITHIN_S  # its pytest goes with it (an orphan would run both tests, 6 s)
+    while left := _marked(mark):
+        assert time.monotonic() < deadline, f"pytest outlived its supervisor: {left}"
+        time.sleep(0.1)
+    assert not (root / "out" / "unit_results.json").exists()  # ... and wrote nothing on its way out
     assert not _dated(root)
 
 
@@ -205,9 +215,11 @@ def test_c():
 
 
 @pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
-def test_a_process_a_crashed_round_left_in_a_new_session_is_ended_and_named(tmp_path: Path, xdist: list[str]) -> None:
+def test_a_process_a_crashed_round_left_in_a_new_session_is_ended_and_named(
+    tmp_path: Path, xdist: list[str], request: pytest.FixtureRequest
+) -> None:
     root = write_project(tmp_path, {"tests/test_a.py": SLEEPER})
-    proc, _last, left = _run(root, *xdist, SLEEPER_PID=str(tmp_path / "sleeper"))
+    proc, _last, left = _run(root, *xdist, SLEEPER_PID=str(tmp_path / "sleeper"), **_ray(request, xdist))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     pid = int((tmp_path / "sleeper").read_text())
     assert f"sleep (pid {pid})" in proc.stderr
@@ -261,10 +273,12 @@ def own():
 
 
 @pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
-def test_a_crash_in_a_session_fixtures_teardown_is_named_as_such(tmp_path: Path, xdist: list[str]) -> None:
+def test_a_crash_in_a_session_fixtures_teardown_is_named_as_such(
+    tmp_path: Path, xdist: list[str], request: pytest.FixtureRequest
+) -> None:
     tests = "def test_a(resource, own):\n    pass\n\ndef test_b(resource, own):\n    pass\n"
     root = write_project(tmp_path, {"tests/conftest.py": SESSION_FIXTURE, "tests/test_a.py": tests})
-    proc, _last, left = _run(root, *xdist)
+    proc, _last, left = _run(root, *xdist, **_ray(request, xdist))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     entry = read_results(root)["tests"]["tests/test_a.py::test_b"]
     assert (
@@ -311,9 +325,12 @@ def test_b():
 
 
 @pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
-def test_rerun_failures_reruns_a_crashed_test_in_a_fresh_round(tmp_path: Path, xdist: list[str]) -> None:
+def test_rerun_failures_reruns_a_crashed_test_in_a_fresh_round(
+    tmp_path: Path, xdist: list[str], request: pytest.FixtureRequest
+) -> None:
     root = write_project(tmp_path, {"tests/test_a.py": CRASHES_ONCE})
-    proc, last, left = _run(root, "--rerun-failures", "1", *xdist, CRASHED_ONCE=str(tmp_path / "crashed"))
+    crashed = str(tmp_path / "crashed")
+    proc, last, left = _run(root, "--rerun-failures", "1", *xdist, CRASHED_ONCE=crashed, **_ray(request, xdist))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert last == "run_unit: all selected tests passed"
     assert "(--rerun-failures 1) in a fresh pytest" in proc.stderr
