@@ -147,8 +147,9 @@ def test_uses_the_module_actor(module_actor):
 """
 
 # The hung actor and a task worker start in a class fixture, off the tests' clocks (broader
-# fixtures pause them), so each timeout times the hang alone, not a busy box's worker start-up.
-HANG_TIMEOUT_S = 6
+# fixtures pause them), so each timeout times the hang alone, not a busy box's worker start-up:
+# a method call to a running actor, or a task to an idle worker, arrives well within a second.
+HANG_TIMEOUT_S = 4
 HANGS_SLEEPING_AND_IN_A_TASK = f"""\
 class TestHangs:
     @pytest.fixture(scope="class")
@@ -167,7 +168,8 @@ class TestHangs:
 """
 
 # The same for the collective's ranks, which import torch and join their group in the fixture.
-HANG_IN_A_COLLECTIVE = """\
+COLLECTIVE_TIMEOUT_S = 5
+HANG_IN_A_COLLECTIVE = f"""\
 class TestCollective:
     @pytest.fixture(scope="class")
     def ranks(self, ray_session):
@@ -178,7 +180,7 @@ class TestCollective:
         for r in ranks:
             ray.kill(r)
 
-    @pytest.mark.timeout(10)
+    @pytest.mark.timeout({COLLECTIVE_TIMEOUT_S})
     def test_hangs_in_a_collective(self, ranks):
         ray.get([ranks[0].all_reduce.remote(), ranks[1].skip.remote()])  # rank 1 never joins
 """

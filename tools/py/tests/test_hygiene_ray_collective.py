@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 from hygiene_ray_project import (
+    COLLECTIVE_TIMEOUT_S,
     HANG_IN_A_COLLECTIVE,
     check_hang,
     run_scenarios,
@@ -20,7 +21,7 @@ def test_real_ray_a_hang_in_a_collective_fails_naming_the_rank_method_and_the_al
 ) -> None:
     tests, result = run_scenarios(pytester, monkeypatch, HANG_IN_A_COLLECTIVE, hung=("Rank",))
     name = "TestCollective::test_hangs_in_a_collective"
-    check_hang(tests, result, name, 10, "actor Rank.all_reduce", "STUCK-COLLECTIVE")
+    check_hang(tests, result, name, COLLECTIVE_TIMEOUT_S, "actor Rank.all_reduce", "STUCK-COLLECTIVE")
     assert (
         "in all_reduce, torch/distributed/distributed_c10d.py:" in tests[f"test_scenarios.py::{name}"]["hang"]["reason"]
     )
