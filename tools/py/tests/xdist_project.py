@@ -6,6 +6,7 @@ offers it to the test files).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -213,14 +214,15 @@ class Head:
     ray_tmpdir: str  # a joiner needs it: Ray's session token is found there
 
 
-@pytest.fixture(scope="module")
-def shared_head() -> Iterator[Head]:
-    """A Ray cluster held by a helper process, for runs that join RAY_ADDRESS."""
+@contextlib.contextmanager
+def held_head(num_gpus: int | None = None) -> Iterator[Head]:
+    """A Ray cluster of 4 CPUs (and `num_gpus` logical GPUs; None: the machine's) held by a
+    helper process, for runs that join RAY_ADDRESS."""
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="par_head_", dir="/tmp")
     code = (
         # The machine's own address (not 127.0.0.1: a joiner turns it into that, where 2.46's GCS is not).
-        "import sys, ray; ray.init(num_cpus=4, include_dashboard=False); "
+        f"import sys, ray; ray.init(num_cpus=4, num_gpus={num_gpus!r}, include_dashboard=False); "
         "print(ray.get_runtime_context().gcs_address, flush=True); sys.stdin.read(); ray.shutdown()"
     )
     for _attempt in range(3):  # a loaded machine: Ray's own start-up waits can run out
@@ -238,3 +240,10 @@ def shared_head() -> Iterator[Head]:
         if proc.stdin:
             proc.stdin.close()
         proc.wait(timeout=120)
+
+
+@pytest.fixture(scope="module")
+def shared_head() -> Iterator[Head]:
+    """A Ray cluster held by a helper process, for runs that join RAY_ADDRESS."""
+    with held_head() as head:
+        yield head
