@@ -13,18 +13,17 @@ would give it the large one's).
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 from records_project import read_results, run_env, write_project
 
-from testharness import gpu, gpu_processes
+from testharness import gpu, gpu_processes, real_ray
 from testharness.contract import gpus_shared
 
 HOLDER = """
@@ -171,35 +170,23 @@ def test_without_a_gpu_a_shared_reading_falls_back_to_rss(monkeypatch: pytest.Mo
     assert reading.source == "rss" and reading.mib >= own_peak
 
 
-ACTOR_PIDS = """
-import os
-import ray
-from testharness import gpu_processes, real_ray
+def test_a_tests_ray_processes_are_its_jobs_actors_by_node(ray_cluster: Any) -> None:
+    """In this process's cluster (shared with this run's other tests): what is new among this
+    job's actors after one is started is that actor, on this node."""
+    ray = ray_cluster
 
-ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    @ray.remote(num_cpus=0)
+    class Sleeper:
+        def pid(self) -> int:
+            return os.getpid()
 
-
-@ray.remote(num_cpus=0)
-class Sleeper:
-    def pid(self):
-        return os.getpid()
-
-
-actor = Sleeper.remote()
-pid = ray.get(actor.pid.remote())
-found = gpu_processes._actor_pids(ray, real_ray.job_hex(ray))
-assert found == {real_ray.this_node_id(ray): {pid}}, (found, pid)
-ray.kill(actor)
-print("ok")
-"""
-
-
-def test_a_tests_ray_processes_are_its_jobs_actors_by_node() -> None:
-    pytest.importorskip("ray")
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="gpr_", dir="/tmp")  # short: Ray's socket paths fit 107 bytes
+    job = real_ray.job_hex(ray)
+    before = gpu_processes._actor_pids(ray, job)  # other tests' actors of this job, if any
+    actor = Sleeper.remote()
     try:
-        proc = subprocess.run([sys.executable, "-c", ACTOR_PIDS], env=env, capture_output=True, text=True, timeout=180)
+        pid = ray.get(actor.pid.remote())
+        found = gpu_processes._actor_pids(ray, job)
     finally:
-        shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
-    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout + proc.stderr
+        ray.kill(actor)
+    new = {node: pids - before.get(node, set()) for node, pids in found.items()}
+    assert {node: pids for node, pids in new.items() if pids} == {real_ray.this_node_id(ray): {pid}}, (found, before)
