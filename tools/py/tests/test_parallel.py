@@ -4,8 +4,8 @@ accounting (a GPU is a Ray resource here: a cluster started with `num_gpus=1` on
 machine hands it out exactly as on a GPU machine).
 
 Every run is a pytest subprocess in a small project (xdist_project.py). Runs that only test
-selection join one Ray cluster that a helper process holds (`shared_head`, RAY_ADDRESS: "or
-the one in RAY_ADDRESS"); the others let the controller start and stop its own. GPU placement:
+selection join a Ray cluster already running (`shared_head`, RAY_ADDRESS: "or the one in
+RAY_ADDRESS"); the others let the controller start and stop its own. GPU placement:
 test_parallel_gpus.py; the other features under -n: test_parallel_selection.py,
 test_parallel_testmon.py, test_parallel_composes.py.
 """

@@ -1,7 +1,7 @@
 """The small projects that the `-n` tests (test_parallel*.py) run with real pytest-xdist
-and real Ray: files, environment, a pytest subprocess, its results, and `shared_head`, a Ray
-cluster held by a helper process for runs that join RAY_ADDRESS (a fixture; conftest.py
-offers it to the test files).
+and real Ray: files, environment, a pytest subprocess, its results, and `shared_head`, the Ray
+cluster that runs join through RAY_ADDRESS: this run's own under -n, else one a helper process
+holds (a fixture; conftest.py offers it to the test files).
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from typing import Any
 
 import psutil
 import pytest
+
+from testharness import gpu
 
 RUN_UNIT = Path(__file__).resolve().parents[3] / "tests" / "run_unit.sh"  # this repository's
 PLUGIN = ["-p", "testharness.parallel"]  # as where the harness is not installed (-p, never twice)
@@ -244,6 +246,12 @@ def held_head(num_gpus: int | None = None) -> Iterator[Head]:
 
 @pytest.fixture(scope="module")
 def shared_head() -> Iterator[Head]:
-    """A Ray cluster held by a helper process, for runs that join RAY_ADDRESS."""
+    """A Ray cluster for runs that join RAY_ADDRESS. Under `-n` (this suite's usual way) this
+    run's own: its xdist worker joined it (RAY_ADDRESS), and it is shared by jobs as any `-n`
+    run's is, so a module costs no Ray start. Else (no -n, or a GPU machine, where the runs'
+    GPU leases would wait for this run's own `uses_cuda` tests) one a helper process holds."""
+    if os.environ.get("RAY_ADDRESS") and not gpu.local_gpu_count():
+        yield Head(os.environ["RAY_ADDRESS"], os.environ.get("RAY_TMPDIR") or tempfile.gettempdir())
+        return
     with held_head() as head:
         yield head
