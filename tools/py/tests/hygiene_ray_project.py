@@ -1,9 +1,10 @@
-"""Real-Ray scenarios for testharness.hygiene (test_hygiene_ray.py, test_hygiene_ray_collective.py).
+"""Real-Ray scenarios for testharness.hygiene (test_hygiene_ray.py).
 
 Each scenario file runs in an inner pytest with a Ray cluster of its own (this conftest sizes
 it), not the one an `-n` run shares, and no GPU memory check: under `-n` on a GPU machine the
 other workers' tests use the GPU meanwhile (the leak check reads whole devices), and these
-scenarios use none. The hangs are two files so that under -n their timeouts run side by side.
+scenarios use none. All of them run in one inner pytest: one Ray start and one pytest start
+for every hang (the timeouts run one after the other: a few seconds each).
 """
 
 from __future__ import annotations
@@ -189,7 +190,7 @@ class TestCollective:
 def nothing_of_the_hung_tests_is_left(*hung: str) -> str:
     """A scenario that runs after the hangs: no actor of this run's hung classes is alive, and
     no process titled after `hung` (actor classes, task functions) is left on this machine.
-    Only this run's own names: under -n the other scenario file's hang may be running."""
+    Only this run's own names: other tests of an outer -n run may run Ray processes meanwhile."""
     return f"""\
 HUNG = {hung!r}
 
