@@ -22,6 +22,7 @@ from typing import Any
 import psutil
 import pytest
 from records_project import read_results, run_env, write_project
+from xdist_project import Head
 
 from testharness import gpu, gpu_processes, real_ray
 from testharness.contract import gpus_shared
@@ -87,8 +88,11 @@ def run(tracker, me: str, other: str, holder_class, mib: int) -> None:
 """
 
 
-def _run_pair(tmp_path: Path, holder_class: str, small_mib: int, large_mib: int) -> tuple[dict, dict, str]:
-    """Run the two tests side by side; (before, after) readings by test name, and the source."""
+def _run_pair(
+    tmp_path: Path, holder_class: str, small_mib: int, large_mib: int, head: Head | None = None
+) -> tuple[dict, dict, str]:
+    """Run the two tests side by side, in a cluster the controller starts or in `head`'s;
+    (before, after) readings by test name, and the source."""
     pytest.importorskip("ray")
 
     def test_file(me: str, other: str, mib: int) -> str:
@@ -104,6 +108,8 @@ def _run_pair(tmp_path: Path, holder_class: str, small_mib: int, large_mib: int)
     sync.mkdir()
     env = run_env(root)
     env["SYNC_DIR"] = str(sync)
+    if head:  # as xdist_project.env_for joins it
+        env.update(RAY_ADDRESS=head.address, RAY_AUTH_MODE="token", RAY_TMPDIR=head.ray_tmpdir)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root / "tests"), env.get("PYTHONPATH")]))
     proc = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "-p", "no:randomly", "tests"], cwd=root,
                           env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
@@ -127,12 +133,14 @@ def test_two_tests_on_one_gpu_each_read_their_own_memory(tmp_path: Path) -> None
     assert source == "gpu"
 
 
-def test_two_tests_on_a_cpu_machine_each_read_their_own_peak_rss(tmp_path: Path) -> None:
+def test_two_tests_on_a_cpu_machine_each_read_their_own_peak_rss(tmp_path: Path, shared_head: Head) -> None:
     if gpu.local_gpu_count():
         pytest.skip("a GPU machine: the tracker reads GPU memory there (the test above)")
     # Blocks larger than a pytest worker's own peak (560-650 MiB seen): the reading is the
-    # largest process of the test, and with 200 MiB the small test read its pytest worker.
-    before, after, source = _run_pair(tmp_path, "RssHolder", 1024, 2560)
+    # largest process of the test, and with 200 MiB the small test read its pytest worker. The
+    # run joins a cluster already running (its start is test_parallel.py's subject), where
+    # other jobs' Ray workers may run too: the reading counts the test's own actors only.
+    before, after, source = _run_pair(tmp_path, "RssHolder", 1024, 2560, shared_head)
     assert source == "rss"
     assert 1024 <= after["test_small"] < 2560, (before, after)  # its actor's block, not the other's
     assert after["test_large"] >= 2560, (before, after)
