@@ -1,9 +1,10 @@
-"""Real-Ray scenarios for testharness.hygiene (test_hygiene_ray.py, test_hygiene_ray_collective.py).
+"""Real-Ray scenarios for testharness.hygiene (test_hygiene_ray.py).
 
 Each scenario file runs in an inner pytest with a Ray cluster of its own (this conftest sizes
 it), not the one an `-n` run shares, and no GPU memory check: under `-n` on a GPU machine the
 other workers' tests use the GPU meanwhile (the leak check reads whole devices), and these
-scenarios use none. The hangs are two files so that under -n their timeouts run side by side.
+scenarios use none. All of them run in one inner pytest: one Ray start and one pytest start
+for every hang (the timeouts run one after the other: a few seconds each).
 """
 
 from __future__ import annotations
@@ -147,8 +148,9 @@ def test_uses_the_module_actor(module_actor):
 """
 
 # The hung actor and a task worker start in a class fixture, off the tests' clocks (broader
-# fixtures pause them), so each timeout times the hang alone, not a busy box's worker start-up.
-HANG_TIMEOUT_S = 6
+# fixtures pause them), so each timeout times the hang alone, not a busy box's worker start-up:
+# a method call to a running actor, or a task to an idle worker, arrives well within a second.
+HANG_TIMEOUT_S = 4
 HANGS_SLEEPING_AND_IN_A_TASK = f"""\
 class TestHangs:
     @pytest.fixture(scope="class")
@@ -167,7 +169,8 @@ class TestHangs:
 """
 
 # The same for the collective's ranks, which import torch and join their group in the fixture.
-HANG_IN_A_COLLECTIVE = """\
+COLLECTIVE_TIMEOUT_S = 5
+HANG_IN_A_COLLECTIVE = f"""\
 class TestCollective:
     @pytest.fixture(scope="class")
     def ranks(self, ray_session):
@@ -178,7 +181,7 @@ class TestCollective:
         for r in ranks:
             ray.kill(r)
 
-    @pytest.mark.timeout(10)
+    @pytest.mark.timeout({COLLECTIVE_TIMEOUT_S})
     def test_hangs_in_a_collective(self, ranks):
         ray.get([ranks[0].all_reduce.remote(), ranks[1].skip.remote()])  # rank 1 never joins
 """
@@ -187,7 +190,7 @@ class TestCollective:
 def nothing_of_the_hung_tests_is_left(*hung: str) -> str:
     """A scenario that runs after the hangs: no actor of this run's hung classes is alive, and
     no process titled after `hung` (actor classes, task functions) is left on this machine.
-    Only this run's own names: under -n the other scenario file's hang may be running."""
+    Only this run's own names: other tests of an outer -n run may run Ray processes meanwhile."""
     return f"""\
 HUNG = {hung!r}
 

@@ -13,18 +13,18 @@ would give it the large one's).
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 from records_project import read_results, run_env, write_project
+from xdist_project import Head
 
-from testharness import gpu, gpu_processes
+from testharness import gpu, gpu_processes, real_ray
 from testharness.contract import gpus_shared
 
 HOLDER = """
@@ -88,8 +88,11 @@ def run(tracker, me: str, other: str, holder_class, mib: int) -> None:
 """
 
 
-def _run_pair(tmp_path: Path, holder_class: str, small_mib: int, large_mib: int) -> tuple[dict, dict, str]:
-    """Run the two tests side by side; (before, after) readings by test name, and the source."""
+def _run_pair(
+    tmp_path: Path, holder_class: str, small_mib: int, large_mib: int, head: Head | None = None
+) -> tuple[dict, dict, str]:
+    """Run the two tests side by side, in a cluster the controller starts or in `head`'s;
+    (before, after) readings by test name, and the source."""
     pytest.importorskip("ray")
 
     def test_file(me: str, other: str, mib: int) -> str:
@@ -105,6 +108,8 @@ def _run_pair(tmp_path: Path, holder_class: str, small_mib: int, large_mib: int)
     sync.mkdir()
     env = run_env(root)
     env["SYNC_DIR"] = str(sync)
+    if head:  # as xdist_project.env_for joins it
+        env.update(RAY_ADDRESS=head.address, RAY_AUTH_MODE="token", RAY_TMPDIR=head.ray_tmpdir)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root / "tests"), env.get("PYTHONPATH")]))
     proc = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "-p", "no:randomly", "tests"], cwd=root,
                           env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
@@ -128,12 +133,14 @@ def test_two_tests_on_one_gpu_each_read_their_own_memory(tmp_path: Path) -> None
     assert source == "gpu"
 
 
-def test_two_tests_on_a_cpu_machine_each_read_their_own_peak_rss(tmp_path: Path) -> None:
+def test_two_tests_on_a_cpu_machine_each_read_their_own_peak_rss(tmp_path: Path, shared_head: Head) -> None:
     if gpu.local_gpu_count():
         pytest.skip("a GPU machine: the tracker reads GPU memory there (the test above)")
     # Blocks larger than a pytest worker's own peak (560-650 MiB seen): the reading is the
-    # largest process of the test, and with 200 MiB the small test read its pytest worker.
-    before, after, source = _run_pair(tmp_path, "RssHolder", 1024, 2560)
+    # largest process of the test, and with 200 MiB the small test read its pytest worker. The
+    # run joins a cluster already running (its start is test_parallel.py's subject), where
+    # other jobs' Ray workers may run too: the reading counts the test's own actors only.
+    before, after, source = _run_pair(tmp_path, "RssHolder", 1024, 2560, shared_head)
     assert source == "rss"
     assert 1024 <= after["test_small"] < 2560, (before, after)  # its actor's block, not the other's
     assert after["test_large"] >= 2560, (before, after)
@@ -171,35 +178,23 @@ def test_without_a_gpu_a_shared_reading_falls_back_to_rss(monkeypatch: pytest.Mo
     assert reading.source == "rss" and reading.mib >= own_peak
 
 
-ACTOR_PIDS = """
-import os
-import ray
-from testharness import gpu_processes, real_ray
+def test_a_tests_ray_processes_are_its_jobs_actors_by_node(ray_cluster: Any) -> None:
+    """In this process's cluster (shared with this run's other tests): what is new among this
+    job's actors after one is started is that actor, on this node."""
+    ray = ray_cluster
 
-ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    @ray.remote(num_cpus=0)
+    class Sleeper:
+        def pid(self) -> int:
+            return os.getpid()
 
-
-@ray.remote(num_cpus=0)
-class Sleeper:
-    def pid(self):
-        return os.getpid()
-
-
-actor = Sleeper.remote()
-pid = ray.get(actor.pid.remote())
-found = gpu_processes._actor_pids(ray, real_ray.job_hex(ray))
-assert found == {real_ray.this_node_id(ray): {pid}}, (found, pid)
-ray.kill(actor)
-print("ok")
-"""
-
-
-def test_a_tests_ray_processes_are_its_jobs_actors_by_node() -> None:
-    pytest.importorskip("ray")
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="gpr_", dir="/tmp")  # short: Ray's socket paths fit 107 bytes
+    job = real_ray.job_hex(ray)
+    before = gpu_processes._actor_pids(ray, job)  # other tests' actors of this job, if any
+    actor = Sleeper.remote()
     try:
-        proc = subprocess.run([sys.executable, "-c", ACTOR_PIDS], env=env, capture_output=True, text=True, timeout=180)
+        pid = ray.get(actor.pid.remote())
+        found = gpu_processes._actor_pids(ray, job)
     finally:
-        shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
-    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout + proc.stderr
+        ray.kill(actor)
+    new = {node: pids - before.get(node, set()) for node, pids in found.items()}
+    assert {node: pids for node, pids in new.items() if pids} == {real_ray.this_node_id(ray): {pid}}, (found, before)

@@ -1,7 +1,7 @@
 """testharness.hygiene with pytester: a leaked process (no Ray), a module fixture's process, a
 hang in the test's own process, GPU memory (skips without a GPU), and no GPU reading in a
 pytest started under a parallel run (a fake NVML). Real Ray scenarios are
-test_hygiene_ray.py and test_hygiene_ray_collective.py; the pure core is test_hygiene_core.py."""
+test_hygiene_ray.py; the pure core is test_hygiene_core.py."""
 
 from __future__ import annotations
 

@@ -3,18 +3,24 @@
 node, every GPU of a larger one (a GPU is a Ray resource here:
 a cluster started with `num_gpus=1` on a CPU machine hands it out exactly as on a GPU
 machine). A file apart from test_parallel.py so that under -n the two run side by side.
+
+The runs join one fake-GPU cluster that a helper holds for the module (`one_gpu_head`): the
+controller's own start is test_parallel.py's subject, and one lease test still lets it start
+a two-GPU cluster. Sharing it, each run also shows that the one before gave back its GPU.
 """
 
 from __future__ import annotations
 
 import json
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from xdist_project import (
     Head,
     env_for,
+    held_head,
     make_project,
     outcomes_of,
     run_pytest,
@@ -57,9 +63,16 @@ GPU_FILES = {
 }
 
 
-def test_one_gpu_is_never_used_by_two_tests_at_once(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def one_gpu_head() -> Iterator[Head]:
+    """A cluster with one (logical) GPU, joined by this module's one-GPU runs."""
+    with held_head(num_gpus=1) as head:
+        yield head
+
+
+def test_one_gpu_is_never_used_by_two_tests_at_once(tmp_path: Path, one_gpu_head: Head) -> None:
     root = make_project(tmp_path, GPU_FILES)
-    proc = run_pytest(root, "-n", "2", "--dist", "load", env=env_for(root, FAKE_GPUS="1"))  # spread even one file
+    proc = run_pytest(root, "-n", "2", "--dist", "load", env=env_for(root, one_gpu_head))  # spread even one file
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "(1 GPU(s))" in proc.stdout
     spans = sorted(
@@ -71,7 +84,7 @@ def test_one_gpu_is_never_used_by_two_tests_at_once(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("gpus", "left"), [("1", 0.75), ("2", 0)])
 def test_a_lease_leaves_the_test_its_own_ray_init_and_ends_after_the_test(
-    tmp_path: Path, gpus: str, left: float
+    tmp_path: Path, request: pytest.FixtureRequest, gpus: str, left: float
 ) -> None:
     # The lease is taken before the test's fixtures run: a test (or fixture) that calls
     # ray.init() itself must still be able to, and the next uses_cuda test must get its share.
@@ -99,20 +112,22 @@ def test_a_lease_leaves_the_test_its_own_ray_init_and_ends_after_the_test(
             assert gpus_left(cluster) == {left}
     """)
     root = make_project(tmp_path, {"tests/test_leases.py": test})
-    env = env_for(root, FAKE_GPUS=gpus, TESTHARNESS_GPU_LEASE_TIMEOUT_S="60")
+    # One GPU: the module's cluster; two: the controller starts one (FAKE_GPUS, the project's hook).
+    head = request.getfixturevalue("one_gpu_head") if gpus == "1" else None
+    env = env_for(root, head, FAKE_GPUS=gpus, TESTHARNESS_GPU_LEASE_TIMEOUT_S="60")
     proc = run_pytest(root, "-n", "1", "-rs", env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert outcomes_of(root) == {"test_first": "passed", "test_second": "passed"}
 
 
-def test_cuda_tests_share_a_one_gpu_node(tmp_path: Path) -> None:
+def test_cuda_tests_share_a_one_gpu_node(tmp_path: Path, one_gpu_head: Head) -> None:
     # Each holds a quarter: two run at the same time instead of taking the GPU in turn.
     in_process = GPU_FILES["tests/test_in_process.py"]
     root = make_project(tmp_path, {
         "tests/test_in_process.py": in_process,
         "tests/test_in_process_2.py": in_process.replace("in_process", "in_process_2"),
     })  # fmt: skip
-    proc = run_pytest(root, "-n", "2", env=env_for(root, FAKE_GPUS="1"))
+    proc = run_pytest(root, "-n", "2", env=env_for(root, one_gpu_head))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (start_1, end_1), (start_2, end_2) = (
         json.loads((root / f).read_text()) for f in ("in_process.json", "in_process_2.json")

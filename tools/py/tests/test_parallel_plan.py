@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 from records_project import run_env
+from xdist_project import Head
 
 RUN_UNIT = Path(__file__).resolve().parents[3] / "tests" / "run_unit.sh"  # this repository's
 
@@ -48,16 +49,20 @@ def _project(root: Path) -> Path:
     return root
 
 
-def _run(root: Path, ray_tmp: Path) -> tuple[subprocess.CompletedProcess[str], int]:
-    """run_unit.sh --testmon -n 3; (the process, Ray clusters it started)."""
+def _run(root: Path, ray_tmp: Path, head: Head | None = None) -> tuple[subprocess.CompletedProcess[str], int]:
+    """run_unit.sh --testmon -n 3; (the process, Ray clusters it started: none where it joins `head`)."""
     env = {**run_env(root), "RAY_TMPDIR": str(ray_tmp)}
+    if head:  # as xdist_project.env_for joins it
+        env.update(RAY_ADDRESS=head.address, RAY_AUTH_MODE="token", RAY_TMPDIR=head.ray_tmpdir)
     before = len(list(ray_tmp.glob("ray/session_2*")))
     proc = subprocess.run(["bash", str(RUN_UNIT), "--testmon", "-n", "3", "-p", "no:randomly"], cwd=root, env=env,
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     return proc, len(list(ray_tmp.glob("ray/session_2*"))) - before
 
 
-def test_nothing_selected_starts_no_worker_and_no_ray_and_a_few_files_few_workers(tmp_path: Path) -> None:
+def test_nothing_selected_starts_no_worker_and_no_ray_and_a_few_files_few_workers(
+    tmp_path: Path, shared_head: Head
+) -> None:
     root = _project(tmp_path)
     ray_tmp = Path(run_env(root)["RAY_TMPDIR"])
     seed, clusters = _run(root, ray_tmp)
@@ -73,7 +78,7 @@ def test_nothing_selected_starts_no_worker_and_no_ray_and_a_few_files_few_worker
     assert record["exit_status"] == 0 and record["tests"] == {}
 
     (root / "mylib" / "b.py").write_text("def g():\n    return 1 + 1\n")  # reaches test_b.py only
-    edit, _ = _run(root, ray_tmp)
+    edit, _ = _run(root, ray_tmp, shared_head)  # the workers, not the cluster: a cluster already running
     out = edit.stdout + edit.stderr
     assert edit.returncode == 0, out
     assert "testharness: 1 test file(s) to run: 1 xdist worker(s) instead of 3" in out

@@ -1,11 +1,12 @@
 """The small projects that the `-n` tests (test_parallel*.py) run with real pytest-xdist
-and real Ray: files, environment, a pytest subprocess, its results, and `shared_head`, a Ray
-cluster held by a helper process for runs that join RAY_ADDRESS (a fixture; conftest.py
-offers it to the test files).
+and real Ray: files, environment, a pytest subprocess, its results, and `shared_head`, the Ray
+cluster that runs join through RAY_ADDRESS: this run's own under -n, else one a helper process
+holds (a fixture; conftest.py offers it to the test files).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -19,6 +20,8 @@ from typing import Any
 
 import psutil
 import pytest
+
+from testharness import gpu
 
 RUN_UNIT = Path(__file__).resolve().parents[3] / "tests" / "run_unit.sh"  # this repository's
 PLUGIN = ["-p", "testharness.parallel"]  # as where the harness is not installed (-p, never twice)
@@ -213,14 +216,15 @@ class Head:
     ray_tmpdir: str  # a joiner needs it: Ray's session token is found there
 
 
-@pytest.fixture(scope="module")
-def shared_head() -> Iterator[Head]:
-    """A Ray cluster held by a helper process, for runs that join RAY_ADDRESS."""
+@contextlib.contextmanager
+def held_head(num_gpus: int | None = None) -> Iterator[Head]:
+    """A Ray cluster of 4 CPUs (and `num_gpus` logical GPUs; None: the machine's) held by a
+    helper process, for runs that join RAY_ADDRESS."""
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="par_head_", dir="/tmp")
     code = (
         # The machine's own address (not 127.0.0.1: a joiner turns it into that, where 2.46's GCS is not).
-        "import sys, ray; ray.init(num_cpus=4, include_dashboard=False); "
+        f"import sys, ray; ray.init(num_cpus=4, num_gpus={num_gpus!r}, include_dashboard=False); "
         "print(ray.get_runtime_context().gcs_address, flush=True); sys.stdin.read(); ray.shutdown()"
     )
     for _attempt in range(3):  # a loaded machine: Ray's own start-up waits can run out
@@ -238,3 +242,16 @@ def shared_head() -> Iterator[Head]:
         if proc.stdin:
             proc.stdin.close()
         proc.wait(timeout=120)
+
+
+@pytest.fixture(scope="module")
+def shared_head() -> Iterator[Head]:
+    """A Ray cluster for runs that join RAY_ADDRESS. Under `-n` (this suite's usual way) this
+    run's own: its xdist worker joined it (RAY_ADDRESS), and it is shared by jobs as any `-n`
+    run's is, so a module costs no Ray start. Else (no -n, or a GPU machine, where the runs'
+    GPU leases would wait for this run's own `uses_cuda` tests) one a helper process holds."""
+    if os.environ.get("RAY_ADDRESS") and not gpu.local_gpu_count():
+        yield Head(os.environ["RAY_ADDRESS"], os.environ.get("RAY_TMPDIR") or tempfile.gettempdir())
+        return
+    with held_head() as head:
+        yield head
