@@ -9,6 +9,9 @@ late conftests too, and pytester's options are then added with their defaults). 
 """
 
 import os
+import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,6 +34,21 @@ def pytest_configure(config: pytest.Config) -> None:
     if not config.pluginmanager.has_plugin("pytester"):
         config.pluginmanager.import_plugin("pytester")
     install_gapless_modules_restore()
+    if sys.dont_write_bytecode and not hasattr(config, "workerinput"):
+        _cache_the_harness_rewritten()
+
+
+def _cache_the_harness_rewritten() -> None:
+    """pytest rewrites the asserts of every module of a pytest11 plugin's package, the whole
+    harness, when a pytest starts, and keeps the result only where Python may write bytecode
+    (`__pycache__/*-pytest-X.pyc`). Where PYTHONDONTWRITEBYTECODE is set (CI and its images)
+    every inner pytest of this suite (~300) rewrote it again: ~0.7 of its ~1.5 CPU-s of
+    start-up. One pytest that may write, once per run (not per -n worker), leaves the cache
+    that the others read (checked against the sources' mtime and size, as any .pyc)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE" and not k.startswith("TESTHARNESS_")}
+    with tempfile.TemporaryDirectory() as empty:  # nothing to collect, no configuration
+        subprocess.run([sys.executable, "-m", "pytest", "--co", "-q", "-p", "no:cacheprovider"], cwd=empty, env=env,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300, check=False)  # fmt: skip
 
 
 @pytest.fixture(autouse=True)

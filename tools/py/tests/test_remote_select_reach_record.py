@@ -4,6 +4,10 @@ A worker reports the functions it ran; a body edit selects exactly the tests tha
 code to a worker, where the import graph alone would select every test that imports it.
 The other scenarios: test_remote_select_plugin.py (edits, interrupts, import kinds) and
 test_remote_select_state.py (damaged, moved or concurrent records).
+
+The first inner run starts Ray in a fixture of its own (that Ray's processes do not make its
+test opaque is asserted there); the later runs that use Ray join one cluster that a helper
+process holds (`shared_head`, through RAY_ADDRESS): two Ray starts instead of three.
 """
 
 from __future__ import annotations
@@ -11,9 +15,15 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 
 import pytest
-from selection_project import PYPROJECT, RAY_SESSION_CONFTEST, STATE_FILE, Project
+from selection_project import PYPROJECT, STATE_FILE, Project
+from xdist_project import Head
+
+# The token of the helper's cluster (xdist_project.shared_head), under the HOME it started in:
+# an inner run's HOME is pytester's folder.
+RAY_TOKEN = Path.home() / ".ray" / "auth_token"
 
 pytest_plugins = ["pytester"]
 
@@ -42,7 +52,23 @@ RAY_FILES = {
         def tag():
             return "t"
     """,
-    "tests/conftest.py": RAY_SESSION_CONFTEST,
+    "tests/conftest.py": """
+        import os
+
+        import pytest
+
+
+        @pytest.fixture(scope="session")
+        def ray_session():
+            import ray
+
+            if os.environ.get("RAY_ADDRESS"):  # the cluster the outer test holds
+                ray.init(log_to_driver=False)
+            else:
+                ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+            yield
+            ray.shutdown()
+    """,
     "tests/test_actor.py": """
         import pytest
         import ray
@@ -71,11 +97,11 @@ RUN, DESCRIBE = "tests/test_actor.py::test_run", "tests/test_describe.py::test_d
 
 
 def test_reach_record_selects_the_tests_that_sent_the_code_to_a_ray_worker(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, shared_head: Head
 ) -> None:
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(pytester.path), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.setenv("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")  # workers use this interpreter
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)  # a cluster of its own
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)  # the first run: a cluster of its own
     pytester.makefile(".toml", pyproject=PYPROJECT)
     proj = Project(pytester.path, pytester)
     for rel, text in RAY_FILES.items():
@@ -94,6 +120,12 @@ def test_reach_record_selects_the_tests_that_sent_the_code_to_a_ray_worker(
     if sys.version_info >= (3, 12):
         expected += [f"mylib/{name}.py::<module>" for name in ("__init__", "helper", "worker")]
     assert reach == {RUN: sorted(expected), DESCRIBE: []}
+    # The later runs join the helper's cluster. A joiner sends Ray's token only when told to
+    # (as in xdist_project.env_for), and reads it under its HOME, which pytester moved.
+    monkeypatch.setenv("RAY_ADDRESS", shared_head.address)
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    monkeypatch.setenv("RAY_TMPDIR", shared_head.ray_tmpdir)
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(RAY_TOKEN))
 
     # A body edit in code that runs only in the actor: testmon alone misses it; the reach
     # adds exactly the test that sent the worker (test_describe's static closure has it too).

@@ -1,6 +1,10 @@
 """Modules loaded by a relative name, `importlib.import_module(".x", package="a.b")` or
 `import_module(".x", __package__)`, are in the import map (issue 21: they were invisible, so
-an edit to one that only a Ray task ran was missed by the harness and by testmon alike)."""
+an edit to one that only a Ray task ran was missed by the harness and by testmon alike).
+
+The three inner runs join one Ray cluster that a helper process holds (`shared_head`, through
+RAY_ADDRESS): starting Ray is not what they are about (one start instead of three).
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from selection_project import PLUGIN, RAY_SESSION_CONFTEST
+from selection_project import PLUGIN
+from xdist_project import Head
 
 from testharness.remote_select.config import SelectConfig
 from testharness.remote_select.graph import build_graph
@@ -23,6 +28,9 @@ from testharness.remote_select.scan import hash_files, scan_files
 pytest_plugins = ["pytester"]
 
 TOOLS_PY = Path(__file__).resolve().parents[3] / "tools" / "py"
+# The token of the helper's cluster (xdist_project.shared_head), under the HOME it started in:
+# an inner run's HOME is pytester's folder.
+RAY_TOKEN = Path.home() / ".ray" / "auth_token"
 
 LIB = {
     "mylib/__init__.py": "",
@@ -108,7 +116,18 @@ TESTS = {
         [tool.pytest.ini_options]
         testpaths = ["tests"]
     """,
-    "tests/conftest.py": RAY_SESSION_CONFTEST,
+    "tests/conftest.py": """
+        import pytest
+
+
+        @pytest.fixture(scope="session")
+        def ray_session():
+            import ray
+
+            ray.init(log_to_driver=False)  # joins RAY_ADDRESS: the cluster the outer test holds
+            yield
+            ray.shutdown()
+    """,
     "tests/test_tasks.py": """
         import ray
 
@@ -142,12 +161,17 @@ def _run(root: Path) -> dict[str, str]:
 
 
 def test_an_edit_to_a_module_a_ray_task_loaded_by_relative_name_selects_its_test(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, shared_head: Head
 ) -> None:
     path = pytester.path
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(path), str(TOOLS_PY), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.setenv("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")  # workers use this interpreter
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)  # a cluster of its own
+    # The helper's cluster. A joiner sends Ray's token only when told to (as in
+    # xdist_project.env_for), and reads it under its HOME, which pytester moved.
+    monkeypatch.setenv("RAY_ADDRESS", shared_head.address)
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    monkeypatch.setenv("RAY_TMPDIR", shared_head.ray_tmpdir)
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(RAY_TOKEN))
     _write(path, {**LIB, **TESTS})
     assert _run(path) == {SCALED: "PASSED", SHIFTED: "PASSED"}
     # Same behaviour, new body: only the task ran it, so testmon alone would select nothing.
