@@ -34,7 +34,7 @@ export TESTHARNESS_ROOT="${TESTHARNESS_ROOT:-$REPO_ROOT}"
 # --cov data goes where upstream's run_unit.sh (which cds into tests/) leaves it and its CI
 # collects it, from any directory: tests/.coverage, beside the functional scripts' data; and
 # the project's coverage settings apply from any directory (coverage looks only in the current
-# one), so Ray workers are measured too (nemo_rl/__init__.py).
+# one), so Ray workers are measured too (nemo_rl/utils/child_coverage.py).
 export COVERAGE_FILE="${COVERAGE_FILE:-$REPO_ROOT/tests/.coverage}"
 if [[ -f "$REPO_ROOT/pyproject.toml" ]]; then
     export COVERAGE_RCFILE="${COVERAGE_RCFILE:-$REPO_ROOT/pyproject.toml}"

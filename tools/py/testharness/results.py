@@ -6,7 +6,7 @@ attempts, plus `leaks` (a list) and `hang` (an object) only when the test leaked
 (testharness.hygiene), and `crash` ({"cause", "stack"}) only when its process died in it
 (testharness.supervisor), so files without them read the same. Documented in docs/unit-tests.md ("Results files").
 The document is built here (`build_results`, one test's entry: `OutcomeRecord`) and written by
-its one writer, testharness.record; the history readers (shards, report) read it back as typed
+its one writer, testharness.record_files (through testharness.record); the history readers (shards, report) read it back as typed
 `Run` records (`read_results_file`), so both sides of the schema live in this one module.
 """
 

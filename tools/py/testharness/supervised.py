@@ -3,11 +3,11 @@ a pytest process that dies, and to go on without it (files: testharness.crash_re
 
 Active only in run_unit's own pytest and its xdist workers (testharness.run_binding: bound to
 the run by their place in the process tree, never by an environment a test's own pytest
-inherits); a plain `pytest` run is untouched. In every process that runs tests (pytest, or each xdist worker) it keeps a
-breadcrumb of the test in progress, with its watchdog's deadline (`set_deadline`, called by
-testharness.hygiene), and points faulthandler at a file (a fatal signal's stacks; SIGUSR2
-dumps the stacks on demand, when no handler of the project's owns it). The process that owns
-the record journals the session, the selection and each finished test. A continuation round
+inherits); a plain `pytest` run is untouched. In every process that runs tests (pytest, or
+each xdist worker) it keeps a breadcrumb of the test in progress, with its watchdog's deadline
+(`set_deadline`, on the `pytest_testharness_test_deadline` hook that hygiene's watchdog calls),
+and points faulthandler at a file (a fatal signal's stacks; SIGUSR2 dumps the stacks on
+demand, when no handler of the project's owns it). The process that owns the record journals the session, the selection and each finished test. A continuation round
 (TESTHARNESS_ONLY_TESTS: a JSON list of node ids) runs only the tests an earlier round did not
 reach, and takes what the earlier rounds recorded (TESTHARNESS_CARRIED) into its record.
 Under -n the report of a test that killed its worker gets the worker's fatal stack, or the
