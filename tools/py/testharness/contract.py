@@ -64,6 +64,19 @@ def settings_of(config: pytest.Config) -> Settings:
     return settings
 
 
+def register_for(config: pytest.Config, plugin: object, name: str) -> None:
+    """Register a plugin object that belongs to this config (a recorder, a hygiene checker...),
+    and unregister it once the config is unconfigured, as pytest's own junitxml does: an
+    in-process inner run (pytester) leaves no object of its own behind in the plugin manager."""
+    config.pluginmanager.register(plugin, f"{name}-{id(config)}")
+
+    def unregister() -> None:
+        if config.pluginmanager.is_registered(plugin):
+            config.pluginmanager.unregister(plugin)
+
+    config.add_cleanup(unregister)  # runs after every pytest_unconfigure
+
+
 def stash_record(config: pytest.Config, record: Record) -> None:
     config.stash[_RECORD] = record
 

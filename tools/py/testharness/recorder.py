@@ -30,7 +30,15 @@ from typing import Any
 import pytest
 
 from testharness import gpu, real_ray, results, run_summary
-from testharness.contract import get_extra, is_xdist_worker, put_extra, run_of, settings_of, stash_record
+from testharness.contract import (
+    get_extra,
+    is_xdist_worker,
+    put_extra,
+    register_for,
+    run_of,
+    settings_of,
+    stash_record,
+)
 from testharness.exit_codes import USAGE_ERROR
 from testharness.history import RESULTS_DIR_ENV, sent_results_dir
 from testharness.metrics import clash_message
@@ -101,7 +109,7 @@ def pytest_configure(config: pytest.Config) -> None:
         # Coverage follows Ray workers only when they run this interpreter and environment;
         # Ray's `uv run` hook would start them from a re-packaged copy, unmeasured.
         os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
-    config.pluginmanager.register(_Recorder(record, settings), f"testharness-recorder-{id(config)}")
+    register_for(config, _Recorder(record, settings), "testharness-recorder")
 
 
 def _results_dir(session: pytest.Session, settings: Settings) -> Path | None:

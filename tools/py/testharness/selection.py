@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 
 from testharness import gpu
-from testharness.contract import settings_of
+from testharness.contract import register_for, settings_of
 from testharness.hf_cache import model_unavailable_reason
 from testharness.requirements import exclusive_conflict, missing_requirement
 from testharness.settings import MarkerGroup
@@ -175,7 +175,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
 def pytest_configure(config: pytest.Config) -> None:
     for line in (*BUILTIN_MARKERS, *(g.marker_line for g in _groups(config))):
         config.addinivalue_line("markers", line)
-    config.pluginmanager.register(_RunFirst(), f"testharness-run-first-{id(config)}")
+    register_for(config, _RunFirst(), "testharness-run-first")
     given = [g.option for g in _groups(config) if config.getoption(g.dest, False)]
     conflict = exclusive_conflict(given, _groups(config))
     if conflict is not None:

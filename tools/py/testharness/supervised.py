@@ -38,7 +38,7 @@ from typing import IO, Any
 import pytest
 
 from testharness import crash_record
-from testharness.contract import is_xdist_controller, is_xdist_worker, put_extra, record_of, run_of
+from testharness.contract import is_xdist_controller, is_xdist_worker, put_extra, record_of, register_for, run_of
 from testharness.crash_record import DUMP_SIGNAL
 from testharness.exit_codes import FRESH_PROCESS, USAGE_ERROR
 from testharness.record import Record
@@ -122,7 +122,7 @@ def pytest_configure(config: pytest.Config) -> None:
     record = record_of(config)
     if run.supervise_dir is not None and record is not None:
         supervised = _Supervised(config, record, run)
-        config.pluginmanager.register(supervised, f"testharness-supervised-{id(config)}")
+        register_for(config, supervised, "testharness-supervised")
 
 
 class _Supervised:

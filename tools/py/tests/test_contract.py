@@ -4,6 +4,7 @@ config (serially, and in each process of a `-n` run), report extras only by thei
 from __future__ import annotations
 
 import collections
+import json
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,25 @@ def test_the_table_is_read_once_per_session(pytester: pytest.Pytester, monkeypat
     assert len(reads) == 1
     pytester.inline_run("-p", "testharness.plugin").assertoutcome(passed=1)
     assert len(reads) == 2
+
+
+def test_the_objects_a_config_registers_are_unregistered_when_it_ends(pytester: pytest.Pytester) -> None:
+    # As pytest's own junitxml: the recorder's, hygiene's, run_first's objects of an inner run are
+    # in its plugin manager while it runs, and gone once it is unconfigured.
+    pytester.makepyprojecttoml(PROJECT)
+    pytester.makeconftest(
+        "import json, pathlib\n"
+        "def pytest_sessionstart(session):\n"
+        "    names = [n for n, _ in session.config.pluginmanager.list_name_plugin() if n]\n"
+        "    pathlib.Path('names.json').write_text(json.dumps(names))\n"
+    )
+    pytester.makepyfile(**{"tests/test_a.py": "def test_a():\n    pass\n"})
+    reprec = pytester.inline_run("-p", "testharness.plugin")
+    reprec.assertoutcome(passed=1)
+    config = reprec.getcall("pytest_unconfigure").config
+    own = {f"testharness-{name}-{id(config)}" for name in ("recorder", "hygiene", "run-first")}
+    assert own <= set(json.loads((pytester.path / "names.json").read_text()))  # while it ran
+    assert not own & {name for name, _ in config.pluginmanager.list_name_plugin()}  # after its end
 
 
 # Loaded first by every process of the run (the project's root is on PYTHONPATH): each read of

@@ -37,7 +37,7 @@ from typing import Any
 
 import pytest
 
-from testharness.contract import get_extra, gpus_shared, put_extra, settings_of
+from testharness.contract import get_extra, gpus_shared, put_extra, register_for, settings_of
 from testharness.hygiene import core, hang, probe
 from testharness.hygiene.watchdog import HANG as _HANG
 from testharness.hygiene.watchdog import Watchdog as _Watchdog
@@ -72,7 +72,7 @@ def pytest_configure(config: pytest.Config) -> None:
     settings = loaded.hygiene
     if not config.pluginmanager.hasplugin("timeout"):
         config.addinivalue_line("markers", "timeout(seconds): this test's timeout (testharness.hygiene)")
-    config.pluginmanager.register(_Hygiene(config, settings), f"testharness-hygiene-{id(config)}")
+    register_for(config, _Hygiene(config, settings), "testharness-hygiene")
 
 
 @dataclass

@@ -18,7 +18,7 @@ import pytest
 from testharness import real_ray
 from testharness.atomic_io import write_json_atomic
 from testharness.barrier import done_marker
-from testharness.contract import history_dir_of, is_xdist_worker, settings_of
+from testharness.contract import history_dir_of, is_xdist_worker, register_for, settings_of
 from testharness.parallel.handover import CLUSTER_FILE, WORKERINPUT_KEY
 from testharness.xdist_plan import files_to_run, gave_dist, workers_for
 from testharness.xdist_schedule import make_scheduler
@@ -76,7 +76,7 @@ def _register_controller(config: pytest.Config) -> None:
     if config.getoption("dist") == "loadfile":
         config.stash[_RUN].durations = _recorded_durations(config)
         config.option.loadscopereorder = False  # keep the workers' order (below)
-    config.pluginmanager.register(_Controller(config.stash[_RUN]), f"testharness-parallel-{id(config)}")
+    register_for(config, _Controller(config.stash[_RUN]), "testharness-parallel")
 
 
 def _plan_workers(config: pytest.Config) -> bool:
