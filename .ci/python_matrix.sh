@@ -37,30 +37,16 @@ build() {
 }
 
 test_suites() {
-  # Both images at once, each in its own log printed when it ends: each suite waits on its
-  # subprocesses and Ray starts more than it computes, so two side by side fill the cores
-  # that one leaves idle (docs/benchmarks.md, "CI's steps").
-  local entry tag python ray xdist i rc=0 pids=() logs=() names=()
+  local entry tag python ray xdist t0
   for entry in "${IMAGES[@]}"; do
     read -r tag python ray xdist <<<"$entry"
-    logs+=("$(mktemp /tmp/python-matrix.XXXXXX)")
-    names+=("$tag")
-    (
-      t0=$SECONDS
-      echo "== python matrix: the harness and repository suites on $tag (Python $python, Ray ${ray/#-/locked}, pytest-xdist ${xdist/#-/locked})"
-      # One container for both suites: its python3 is Debian's own, and its Ray and xdist (printed first).
-      CONTAINER="$tag" bash docker/run.sh bash -c \
-        'python -VV && python -c "import ray, xdist; print(\"Ray\", ray.__version__, \"pytest-xdist\", xdist.__version__)" && python -m pytest -q -n 2 tools/py/tests && python -m pytest -q -n 2 tests/repo'
-      echo "== python matrix: $tag passed in $((SECONDS - t0)) s"
-    ) >"${logs[-1]}" 2>&1 &
-    pids+=($!)
+    t0=$SECONDS
+    echo "== python matrix: the harness and repository suites on $tag (Python $python, Ray ${ray/#-/locked}, pytest-xdist ${xdist/#-/locked})"
+    # One container for both suites: its python3 is Debian's own, and its Ray and xdist (printed first).
+    CONTAINER="$tag" bash docker/run.sh bash -c \
+      'python -VV && python -c "import ray, xdist; print(\"Ray\", ray.__version__, \"pytest-xdist\", xdist.__version__)" && python -m pytest -q -n 2 tools/py/tests && python -m pytest -q tests/repo'
+    echo "== python matrix: $tag passed in $((SECONDS - t0)) s"
   done
-  for i in "${!pids[@]}"; do
-    wait "${pids[$i]}" || { rc=1; echo "== python matrix: ${names[$i]} FAILED"; }
-    cat "${logs[$i]}"
-    rm -f "${logs[$i]}"
-  done
-  return "$rc"
 }
 
 case "${1:-}" in
