@@ -50,6 +50,12 @@ def joining(head: Any) -> dict[str, str]:
     return {"RAY_ADDRESS": head.address, "RAY_AUTH_MODE": "token", "RAY_TMPDIR": head.ray_tmpdir}
 
 
+def joining_under_xdist(request: Any, args: list[str]) -> dict[str, str]:
+    """`joining` the module's cluster when `args` run xdist workers (`-n`), else nothing: for the
+    tests whose -n variant checks something else than the start of a cluster."""
+    return joining(request.getfixturevalue("shared_head")) if "-n" in args else {}
+
+
 def read_results(root: Path) -> dict[str, Any]:
     return json.loads((root / "out" / "unit_results.json").read_text())
 

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from records_project import read_results, run_unit_sh, write_project
+from records_project import joining_under_xdist, read_results, run_unit_sh, write_project
 
 from testharness import process_sweep
 
@@ -46,12 +46,12 @@ def _alive(pid: int) -> bool:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a child subreaper is Linux's")
 @pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
 def test_a_double_forked_daemon_with_a_scrubbed_environment_is_ended_and_named(
-    tmp_path: Path, xdist: list[str]
+    tmp_path: Path, xdist: list[str], request: pytest.FixtureRequest
 ) -> None:
     root = write_project(tmp_path, {"tests/test_a.py": DAEMON})
     pidfile = tmp_path / "daemon.pid"
     try:
-        proc = run_unit_sh(root, *xdist, timeout=120, DAEMON_PID=str(pidfile))
+        proc = run_unit_sh(root, *xdist, timeout=120, DAEMON_PID=str(pidfile), **joining_under_xdist(request, xdist))
         out = proc.stdout + proc.stderr
         pid = int(pidfile.read_text())
         assert not _alive(pid), out  # gone once run_unit.sh returned

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from records_project import read_results, run_env, write_project
+from records_project import joining_under_xdist, read_results, run_env, write_project
 
 from testharness import crash_record, results, supervisor
 from testharness.crash_record import SUPERVISE_DIR_ENV, SUPERVISOR_PID_ENV, Breadcrumb, Journal
@@ -70,18 +70,20 @@ def test_flaky(tracker):
 """
 
 
-def _session(root: Path, journal_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _session(root: Path, journal_dir: Path, *args: str, **ray: str) -> subprocess.CompletedProcess[str]:
     """A normal pytest session of `root`, journaling as under run_unit's supervisor."""
-    env = {**run_env(root), SUPERVISE_DIR_ENV: str(journal_dir), SUPERVISOR_PID_ENV: str(os.getpid())}
+    env = {**run_env(root), SUPERVISE_DIR_ENV: str(journal_dir), SUPERVISOR_PID_ENV: str(os.getpid()), **ray}
     cmd = [sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider", "--reruns", "1", *args]
     return subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=240)
 
 
 @pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
-def test_the_supervisor_builds_from_the_journal_the_record_the_session_wrote(tmp_path: Path, xdist: list[str]) -> None:
+def test_the_supervisor_builds_from_the_journal_the_record_the_session_wrote(
+    tmp_path: Path, xdist: list[str], request: pytest.FixtureRequest
+) -> None:
     (tmp_path / "project").mkdir()
     root = write_project(tmp_path / "project", {"tests/test_every.py": EVERY_OUTCOME})
-    proc = _session(root, tmp_path / "round1", *xdist)
+    proc = _session(root, tmp_path / "round1", *xdist, **joining_under_xdist(request, xdist))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     written = read_results(root)
     dated = sorted((root / "out" / "unit_results").glob("*.json"))

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from records_project import joining, read_results, run_env, write_project
+from records_project import joining_under_xdist, read_results, run_env, write_project
 
 from testharness.history import load_history
 
@@ -27,11 +27,6 @@ def _pytest(root: Path, *args: str, ray: dict[str, str] | None = None) -> subpro
     )  # fmt: skip
 
 
-def _ray(request: pytest.FixtureRequest, xdist: list[str]) -> dict[str, str]:
-    """Under -n, the variables that join the module's Ray cluster."""
-    return joining(request.getfixturevalue("shared_head")) if xdist else {}
-
-
 QUICK_TESTS = {
     "tests/test_one.py": "def test_one(tracker):\n    tracker.track('v', 1)\n",
     "tests/test_two.py": "def test_two(tracker):\n    tracker.track('v', 2)\n",
@@ -43,11 +38,11 @@ def test_testmon_with_nothing_to_run_is_recorded_as_exit_0(
     tmp_path: Path, xdist: list[str], request: pytest.FixtureRequest
 ) -> None:
     root = write_project(tmp_path, QUICK_TESTS)
-    first = _pytest(root, "--testmon", *xdist, ray=_ray(request, xdist))
+    first = _pytest(root, "--testmon", *xdist, ray=joining_under_xdist(request, xdist))
     assert first.returncode == 0, first.stdout + first.stderr
     assert read_results(root)["exit_status"] == 0
     again = _pytest(
-        root, "--testmon", *xdist, ray=_ray(request, xdist)
+        root, "--testmon", *xdist, ray=joining_under_xdist(request, xdist)
     )  # nothing changed: testmon deselects everything
     assert again.returncode == 0, again.stdout + again.stderr
     doc = read_results(root)
@@ -65,7 +60,7 @@ def test_xdist_controller_writes_one_record_with_the_workers_metrics(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     root = write_project(tmp_path, {**QUICK_TESTS, "tests/test_bad.py": "def test_bad():\n    assert False\n"})
-    proc = _pytest(root, "-n", "2", ray=_ray(request, ["-n", "2"]))
+    proc = _pytest(root, "-n", "2", ray=joining_under_xdist(request, ["-n", "2"]))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     doc = read_results(root)
     assert doc["exit_status"] == 1
@@ -118,7 +113,9 @@ def test_test_files_sharing_a_name_get_distinct_stable_keys(
     })  # fmt: skip
     for d in ("tests/a", "tests/b"):
         (root / d / "__init__.py").write_text("")  # two modules named test_x need packages
-    proc = _pytest(root, *xdist, ray=_ray(request, xdist))  # under -n the controller keys what the workers send alike
+    proc = _pytest(
+        root, *xdist, ray=joining_under_xdist(request, xdist)
+    )  # under -n the controller keys what the workers send alike
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "share the name test_x.py" in proc.stdout
     doc = read_results(root)
@@ -129,7 +126,7 @@ def test_test_files_sharing_a_name_get_distinct_stable_keys(
     }
     assert doc["tests"]["tests/b/test_x.py::test"]["key"] == "tests/b/test_x::test"
     only_b = _pytest(
-        root, "tests/b/test_x.py", *xdist, ray=_ray(request, xdist)
+        root, "tests/b/test_x.py", *xdist, ray=joining_under_xdist(request, xdist)
     )  # the key does not depend on what a run selects
     assert only_b.returncode == 0
     assert list(read_results(root)["metrics"]) == ["tests/b/test_x::test"]

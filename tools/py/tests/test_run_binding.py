@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from records_project import read_results, run_unit_sh, write_project
+from records_project import joining_under_xdist, read_results, run_unit_sh, write_project
 
 from testharness import run_binding
 from testharness.crash_record import SUMMARY_FILE_ENV, SUPERVISE_DIR_ENV, SUPERVISOR_PID_ENV
@@ -46,13 +46,13 @@ INNER = "def test_inner():\n    pass\n"
     ids=["os_exit_0_and_segfault", "os_exit_0_xdist"],
 )
 def test_a_nested_pytest_writes_nothing_of_the_outer_run(
-    tmp_path: Path, dies: dict[str, tuple[str, str]], xdist: list[str]
+    tmp_path: Path, dies: dict[str, tuple[str, str]], xdist: list[str], request: pytest.FixtureRequest
 ) -> None:
     files = {f"tests/{name}.py": NESTED.replace("DIE", die) for name, (die, _cause) in dies.items()}
     root = write_project(tmp_path, {**files, "tests/inner_check.py": INNER})
     inner_out = tmp_path / "inner"
     inner_out.mkdir()
-    proc = run_unit_sh(root, *xdist, timeout=120, INNER_OUT=str(inner_out))
+    proc = run_unit_sh(root, *xdist, timeout=120, INNER_OUT=str(inner_out), **joining_under_xdist(request, xdist))
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out
     tests = read_results(root)["tests"]

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from records_project import read_results, run_env, run_unit_sh, write_project
+from records_project import joining_under_xdist, read_results, run_env, run_unit_sh, write_project
 
 from testharness import crash_record
 from testharness.record import Record
@@ -53,10 +53,12 @@ def _dated(root: Path) -> list[Path]:
 
 
 @pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
-def test_three_crashes_in_thirty_tests_cost_three_tests_and_leave_one_record(tmp_path: Path, xdist: list[str]) -> None:
+def test_three_crashes_in_thirty_tests_cost_three_tests_and_leave_one_record(
+    tmp_path: Path, xdist: list[str], request: pytest.FixtureRequest
+) -> None:
     root = _project(tmp_path, {"tests/test_thirty.py": THIRTY}, timeout=True)
     started = time.monotonic()
-    proc = run_unit_sh(root, *xdist)
+    proc = run_unit_sh(root, *xdist, **joining_under_xdist(request, xdist))
     took = time.monotonic() - started
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out

@@ -19,7 +19,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from records_project import RUN_UNIT, joining, read_results, run_env, run_unit_sh, write_project
+from records_project import RUN_UNIT, joining_under_xdist, read_results, run_env, run_unit_sh, write_project
 
 from testharness.exit_codes import INTERNAL_ERROR, worse
 from testharness.supervisor import reconcile
@@ -49,12 +49,6 @@ def _run(root: Path, *args: str, mark: str = "", **env: str) -> tuple[subprocess
     proc = run_unit_sh(root, *args, timeout=DONE_WITHIN_S, LEFTOVER_MARK=mark, **env)
     closing = proc.stderr if proc.returncode else proc.stdout  # run_unit's last line: stdout when it passed
     return proc, (closing.strip().splitlines() or [""])[-1], _marked(mark)
-
-
-def _ray(request: pytest.FixtureRequest, xdist: list[str]) -> dict[str, str]:
-    """Under -n, the module's Ray cluster to join (xdist_project.shared_head): what these tests
-    look at is the supervisor's, not the start of a cluster (test_parallel.py's)."""
-    return joining(request.getfixturevalue("shared_head")) if xdist else {}
 
 
 def _dated(root: Path) -> list[Path]:
@@ -219,7 +213,7 @@ def test_a_process_a_crashed_round_left_in_a_new_session_is_ended_and_named(
     tmp_path: Path, xdist: list[str], request: pytest.FixtureRequest
 ) -> None:
     root = write_project(tmp_path, {"tests/test_a.py": SLEEPER})
-    proc, _last, left = _run(root, *xdist, SLEEPER_PID=str(tmp_path / "sleeper"), **_ray(request, xdist))
+    proc, _last, left = _run(root, *xdist, SLEEPER_PID=str(tmp_path / "sleeper"), **joining_under_xdist(request, xdist))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     pid = int((tmp_path / "sleeper").read_text())
     assert f"sleep (pid {pid})" in proc.stderr
@@ -278,7 +272,7 @@ def test_a_crash_in_a_session_fixtures_teardown_is_named_as_such(
 ) -> None:
     tests = "def test_a(resource, own):\n    pass\n\ndef test_b(resource, own):\n    pass\n"
     root = write_project(tmp_path, {"tests/conftest.py": SESSION_FIXTURE, "tests/test_a.py": tests})
-    proc, _last, left = _run(root, *xdist, **_ray(request, xdist))
+    proc, _last, left = _run(root, *xdist, **joining_under_xdist(request, xdist))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     entry = read_results(root)["tests"]["tests/test_a.py::test_b"]
     assert (
@@ -330,7 +324,9 @@ def test_rerun_failures_reruns_a_crashed_test_in_a_fresh_round(
 ) -> None:
     root = write_project(tmp_path, {"tests/test_a.py": CRASHES_ONCE})
     crashed = str(tmp_path / "crashed")
-    proc, last, left = _run(root, "--rerun-failures", "1", *xdist, CRASHED_ONCE=crashed, **_ray(request, xdist))
+    proc, last, left = _run(
+        root, "--rerun-failures", "1", *xdist, CRASHED_ONCE=crashed, **joining_under_xdist(request, xdist)
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert last == "run_unit: all selected tests passed"
     assert "(--rerun-failures 1) in a fresh pytest" in proc.stderr

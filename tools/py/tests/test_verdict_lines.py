@@ -14,23 +14,25 @@ import time
 from pathlib import Path
 
 import pytest
-from records_project import RUN_UNIT, read_results, run_env, run_unit_sh, write_project
+from records_project import RUN_UNIT, joining_under_xdist, read_results, run_env, run_unit_sh, write_project
 
 PASSING = {"tests/test_a.py": "def test_a():\n    pass\n"}
 BROKEN = "raise RuntimeError('broken at import')\n"
 
 
-def _run(root: Path, *args: str) -> tuple[int, str, str]:
+def _run(root: Path, *args: str, **env: str) -> tuple[int, str, str]:
     """(exit code, last line, all output) of run_unit.sh on `root`."""
-    proc = run_unit_sh(root, *args)
+    proc = run_unit_sh(root, *args, **env)
     closing = proc.stderr if proc.returncode else proc.stdout  # run_unit's last line: stdout when it passed
     return proc.returncode, (closing.strip().splitlines() or [""])[-1], proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
-def test_k_matching_nothing_ends_0_and_records_0(tmp_path: Path, xdist: list[str]) -> None:
+def test_k_matching_nothing_ends_0_and_records_0(
+    tmp_path: Path, xdist: list[str], request: pytest.FixtureRequest
+) -> None:
     root = write_project(tmp_path, PASSING)
-    code, last, out = _run(root, "-k", "no_such_test", *xdist)
+    code, last, out = _run(root, "-k", "no_such_test", *xdist, **joining_under_xdist(request, xdist))
     assert code == 0, out
     assert last == "run_unit: no test ran: the selection (markers, -k, --shard) matched none of the 1 tests found"
     doc = read_results(root)
@@ -81,9 +83,11 @@ def test_a_conftest_that_does_not_import_is_named_and_the_stale_record_goes(tmp_
 
 
 @pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
-def test_a_collection_error_ends_alike_serial_and_under_xdist(tmp_path: Path, xdist: list[str]) -> None:
+def test_a_collection_error_ends_alike_serial_and_under_xdist(
+    tmp_path: Path, xdist: list[str], request: pytest.FixtureRequest
+) -> None:
     root = write_project(tmp_path, {**PASSING, "tests/test_b.py": BROKEN})
-    code, last, out = _run(root, *xdist)
+    code, last, out = _run(root, *xdist, **joining_under_xdist(request, xdist))
     assert code == 2, out
     assert last == (
         "run_unit: FAILED: 1 test file(s) could not be collected: tests/test_b.py: RuntimeError: broken at import"
