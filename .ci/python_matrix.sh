@@ -12,6 +12,14 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export CI="${CI:-true}"
+source .ci/cpu.sh
+# "N s, M CPU-s in Docker" since `since WALL DOCKER` (the suites' and builds' own CPU, whatever
+# runs beside them on the host).
+since() {
+  local now
+  now=$(docker_cpu_s)
+  if [[ -n $now && -n $2 ]]; then echo "$((SECONDS - $1)) s, $((now - $2)) CPU-s in Docker"; else echo "$((SECONDS - $1)) s"; fi
+}
 
 # The low end of the harness's Ray range: `ray = ["ray>=LOW,<HIGH"]` in tools/py/pyproject.toml.
 RAY_LOW="$(sed -n 's/^ray = \["ray>=\([0-9.]*\),.*/\1/p' tools/py/pyproject.toml)"
@@ -23,29 +31,29 @@ XDIST_LOW="$(sed -n 's/^xdist = \["pytest-xdist>=\([0-9.]*\),.*/\1/p' tools/py/p
 IMAGES=("nemo-rl-test:ci-ray$RAY_LOW-xdist$XDIST_LOW 3.11 $RAY_LOW $XDIST_LOW" "nemo-rl-test:ci-py3.13 3.13 - -")
 
 build() {
-  local entry tag python ray xdist t0
+  local entry tag python ray xdist t0 d0
   for entry in "${IMAGES[@]}"; do
     read -r tag python ray xdist <<<"$entry"
-    t0=$SECONDS
+    t0=$SECONDS d0=$(docker_cpu_s)
     echo "== python matrix: build $tag (Python $python, Ray ${ray/#-/locked}, pytest-xdist ${xdist/#-/locked})"
     local pins=()
     [[ $ray == - ]] || pins+=(--ray "$ray")
     [[ $xdist == - ]] || pins+=(--xdist "$xdist")
     bash docker/build.sh --tag "$tag" --python "$python" "${pins[@]}"
-    echo "== python matrix: $tag built in $((SECONDS - t0)) s"
+    echo "== python matrix: $tag built in $(since "$t0" "$d0")"
   done
 }
 
 test_suites() {
-  local entry tag python ray xdist t0
+  local entry tag python ray xdist t0 d0
   for entry in "${IMAGES[@]}"; do
     read -r tag python ray xdist <<<"$entry"
-    t0=$SECONDS
+    t0=$SECONDS d0=$(docker_cpu_s)
     echo "== python matrix: the harness and repository suites on $tag (Python $python, Ray ${ray/#-/locked}, pytest-xdist ${xdist/#-/locked})"
     # One container for both suites: its python3 is Debian's own, and its Ray and xdist (printed first).
     CONTAINER="$tag" bash docker/run.sh bash -c \
       'python -VV && python -c "import ray, xdist; print(\"Ray\", ray.__version__, \"pytest-xdist\", xdist.__version__)" && python -m pytest -q -n 2 tools/py/tests && python -m pytest -q tests/repo'
-    echo "== python matrix: $tag passed in $((SECONDS - t0)) s"
+    echo "== python matrix: $tag passed in $(since "$t0" "$d0")"
   done
 }
 
