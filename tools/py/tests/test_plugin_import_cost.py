@@ -16,11 +16,14 @@ import pytest
 DEFERRED_CORES = (
     "testharness.gpu_lease",  # a -n worker's uses_cuda test
     "testharness.hygiene.hang",  # a test that hangs
+    "testharness.remote_select.engine",  # --testmon: the import graph, the stores
+    "testharness.remote_select.reach",  # --testmon: Ray's patches
     "testharness.shard_plan",  # --shard, -n's file order
+    "testharness.state_files",  # --testmon
     "testharness.xdist_schedule",  # -n's controller
 )
 # Modules of the standard library and beyond that the plugin's own imports no longer bring.
-DEFERRED_OTHERS = ("concurrent.futures", "ctypes", "psutil", "statistics")
+DEFERRED_OTHERS = ("concurrent.futures", "ctypes", "pickle", "psutil", "sqlite3", "statistics")
 
 # The plugin as pytest loads it: the module of the entry point, then every module named in a
 # loaded module's `pytest_plugins`; printed is what that added to what `import pytest` loaded.
