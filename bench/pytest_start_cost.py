@@ -124,7 +124,11 @@ def main() -> int:
     if args.runs < 1:
         ap.error("--runs must be >= 1")
 
-    rows_of = {"this checkout": None, **({args.against: args.against} if args.against else {})}
+    rows_of: dict[str, str | None] = {"this checkout": None}
+    if args.against:
+        sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", args.against], capture_output=True,
+                             text=True, check=True).stdout.strip()  # fmt: skip
+        rows_of[f"{args.against} ({sha})"] = args.against
     samples: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="pytest_start_cost_") as tmp:
         cold: dict[str, tuple[Path, Path]] = {}  # name: (harness on PYTHONPATH, project)
