@@ -12,7 +12,6 @@ not a silent fallback).
 from __future__ import annotations
 
 import os
-import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,6 +117,8 @@ def recorded_durations(runs: Iterable[Run], window: int = 5) -> dict[str, float]
     The median of a few recent runs follows real changes within a few runs while one slow
     outlier (a cold cache, a busy machine) does not move a test to another shard.
     """
+    import statistics  # deferred: only planning (--shard, -n) needs it (~3 ms of every pytest's start)
+
     per_test: dict[str, list[float]] = {}
     for run in runs:  # oldest first, so the tail of each list is the most recent
         for nodeid, record in run.tests.items():

@@ -17,7 +17,6 @@ this process; `describe` names it in one line: `sleep (pid 4083) [sleep 300]`.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import re
 import sys
@@ -33,6 +32,8 @@ def _prctl() -> Any:
     """libc's prctl (Linux), else None."""
     if not sys.platform.startswith("linux"):
         return None
+    import ctypes  # deferred: only run_unit's supervisor asks (~2 ms of every pytest's start)
+
     try:
         return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
@@ -49,8 +50,12 @@ def become_subreaper() -> bool:
 def is_subreaper() -> bool:
     """Whether this process is a child subreaper (False where the OS has no such thing)."""
     prctl = _prctl()
+    if prctl is None:
+        return False
+    import ctypes
+
     flag = ctypes.c_int(0)
-    return prctl is not None and prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0) == 0 and flag.value == 1
+    return prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0) == 0 and flag.value == 1
 
 
 def descendants(skip: Iterable[int] = ()) -> list[Any]:

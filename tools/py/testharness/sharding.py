@@ -16,19 +16,15 @@ import importlib.util
 import os
 from collections.abc import Generator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pytest
 
 from testharness.contract import history_dir_of
 from testharness.history import HISTORY_ENV, History, load_history, planning_durations
-from testharness.shard_plan import (
-    ShardPlan,
-    ShardSpecError,
-    format_plan,
-    parse_shard_id,
-    parse_shard_spec,
-    plan_shards,
-)
+
+if TYPE_CHECKING:
+    from testharness.shard_plan import ShardPlan
 
 
 @dataclass
@@ -99,6 +95,8 @@ def pytest_configure(config: pytest.Config) -> None:
         if plan_only:
             raise pytest.UsageError("--shard-plan needs --shard I/N to know how many shards to plan (e.g. --shard 1/4)")
         return
+    from testharness.shard_plan import ShardSpecError, parse_shard_spec  # deferred: a run that shards (~6 ms)
+
     try:
         index, count = parse_shard_spec(spec)
     except ShardSpecError as exc:
@@ -117,6 +115,8 @@ def _from_shard_id(config: pytest.Config, spec: str | None) -> str | None:
             "--shard and --shard-id/--num-shards both choose a shard: give one "
             "(--shard-id=0 --num-shards=3 is --shard 1/3)"
         )
+    from testharness.shard_plan import ShardSpecError, parse_shard_id
+
     try:
         index, count = parse_shard_id(shard_id, num_shards)
     except ShardSpecError as exc:
@@ -135,6 +135,8 @@ def pytest_collection_modifyitems(
     state = config.stash.get(_STATE, None)
     if state is None:
         return
+    from testharness.shard_plan import plan_shards
+
     state.history = load_history(history_dir_of(config))
     nodeids = list(dict.fromkeys(item.nodeid for item in items))  # unique, in collection order
     state.selected = len(nodeids)
@@ -179,6 +181,8 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
         return None
     if session.testsfailed:
         return None  # collection errors: let pytest report and stop as usual
+    from testharness.shard_plan import format_plan
+
     lines = format_plan(state.plan, highlight=state.index)
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     for line in lines:

@@ -29,8 +29,6 @@ import pytest
 
 from testharness.contract import is_xdist_worker
 
-from .state_files import exclusive, recover_sqlite
-
 PREFIX = "testmon-data"
 ENV, DEFAULT_NAME = "TESTMON_DATAFILE", ".testmondata"  # pytest-testmon's names
 _LINES = pytest.StashKey[list[str]]()
@@ -56,6 +54,8 @@ def _testmon_opens_its_file(config: pytest.Config) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     if is_xdist_worker(config) or not _testmon_opens_its_file(config):
         return
+    from .state_files import exclusive, recover_sqlite  # deferred: sqlite3 and all, for --testmon runs only
+
     path = datafile(config)
     if ENV in os.environ and path.is_dir():
         # Only testmon's default name is surely testmon's: a directory named by hand (the

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,15 +39,28 @@ def pytest_configure(config: pytest.Config) -> None:
         _cache_the_harness_rewritten()
 
 
+IMPORT_THE_WHOLE_HARNESS = """
+import importlib, pkgutil
+import testharness
+
+for module in pkgutil.walk_packages(testharness.__path__, "testharness."):
+    if not module.name.endswith(".__main__"):
+        importlib.import_module(module.name)
+"""
+
+
 def _cache_the_harness_rewritten() -> None:
     """pytest rewrites the asserts of every module of a pytest11 plugin's package, the whole
     harness, when a pytest starts, and keeps the result only where Python may write bytecode
     (`__pycache__/*-pytest-X.pyc`). Where PYTHONDONTWRITEBYTECODE is set (CI and its images)
     every inner pytest of this suite (~300) rewrote it again: ~0.7 of its ~1.5 CPU-s of
     start-up. One pytest that may write, once per run (not per -n worker), leaves the cache
-    that the others read (checked against the sources' mtime and size, as any .pyc)."""
+    that the others read (checked against the sources' mtime and size, as any .pyc). Its
+    conftest imports every module of the harness: a feature's machinery is imported only by a
+    run that uses it (--testmon's engine, -n's scheduler), and is then read from the cache too."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE" and not k.startswith("TESTHARNESS_")}
     with tempfile.TemporaryDirectory() as empty:  # nothing to collect, no configuration
+        Path(empty, "conftest.py").write_text(IMPORT_THE_WHOLE_HARNESS)
         subprocess.run([sys.executable, "-m", "pytest", "--co", "-q", "-p", "no:cacheprovider"], cwd=empty, env=env,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300, check=False)  # fmt: skip
 

@@ -38,7 +38,7 @@ from typing import Any
 import pytest
 
 from testharness.contract import get_extra, gpus_shared, put_extra, register_for, settings_of
-from testharness.hygiene import core, hang, probe
+from testharness.hygiene import core, probe
 from testharness.hygiene.watchdog import HANG as _HANG
 from testharness.hygiene.watchdog import Watchdog as _Watchdog
 from testharness.settings import Hygiene
@@ -193,6 +193,8 @@ class _Hygiene:
 
         leaks, snap = self._settled(find)
         if item.stash.get(_HANG, None) is not None:  # nothing of a hung test may survive the run
+            from testharness.hygiene import hang  # deferred: only a hung test needs it (~20 ms of every start)
+
             left = core.created_between(self.before, snap).without(owned)
             hang.end_actors(list(left.actors.values()))
             hang.end_processes(list(left.procs.values()))

@@ -10,16 +10,17 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
-from testharness.hygiene import core, hang
+if TYPE_CHECKING:
+    from testharness.hygiene import core, hang
 
 DIAGNOSIS_WAIT_S = 120.0  # the test's end waits this long for a fired watchdog's diagnosis
 DIAGNOSIS_BUDGET_S = DIAGNOSIS_WAIT_S + 30.0  # the supervisor's deadline once the watchdog runs
 
-HANG = pytest.StashKey["hang.Diagnosis"]()
+HANG: pytest.StashKey[hang.Diagnosis] = pytest.StashKey()
 
 
 class _KnowsBefore(Protocol):
@@ -106,6 +107,8 @@ class Watchdog:
             self.fired.set()
         self._deadline(DIAGNOSIS_BUDGET_S)  # it runs: give it time to diagnose and end the test
         try:
+            from testharness.hygiene import hang  # deferred: only a test that hangs needs the diagnosis
+
             root = str(self.item.config.rootpath)
             test_file = self.item.nodeid.split("::", 1)[0]
             seconds, what = self.running

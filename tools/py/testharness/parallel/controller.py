@@ -21,7 +21,6 @@ from testharness.barrier import done_marker
 from testharness.contract import history_dir_of, is_xdist_worker, register_for, settings_of
 from testharness.parallel.handover import CLUSTER_FILE, WORKERINPUT_KEY
 from testharness.xdist_plan import files_to_run, gave_dist, workers_for
-from testharness.xdist_schedule import make_scheduler
 
 
 @dataclass
@@ -244,6 +243,8 @@ class _Controller:
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
         if config.getoption("dist") != "loadfile":
             return None  # xdist's own
+        from testharness.xdist_schedule import make_scheduler  # deferred: -n's alone (~8 ms with shard_plan)
+
         return make_scheduler(config, log, self.run.durations, self.run.shared_dir)
 
     def pytest_handlecrashitem(self, crashitem: str, report: Any, sched: Any) -> None:

@@ -20,10 +20,7 @@ from testharness import real_ray
 from testharness.atomic_io import write_json_atomic
 from testharness.barrier import RUN_FIRST_TIMEOUT_S, done_marker, wait_for_markers
 from testharness.contract import is_xdist_worker
-from testharness.gpu_lease import hold_node_gpus, lease_timeout_s
 from testharness.parallel.handover import CLUSTER_FILE, WORKER_PLUGIN, WORKERINPUT_KEY
-from testharness.shard_plan import longest_files_first
-from testharness.xdist_schedule import RUN_FIRST_FILES
 
 
 @pytest.hookimpl(trylast=True)  # as the controller's: every plugin configured
@@ -35,6 +32,9 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     if is_xdist_worker(config) and WORKERINPUT_KEY in config.workerinput:  # type: ignore[attr-defined]
         spec = config.workerinput[WORKERINPUT_KEY]  # type: ignore[attr-defined]
+        # deferred, here and below: only a worker of the harness's -n uses gpu_lease, shard_plan, xdist_schedule
+        from testharness.gpu_lease import lease_timeout_s
+
         config.pluginmanager.register(
             _Worker(Path(spec["dir"]), bool(spec["cluster"]), lease_timeout_s(dict(os.environ)), spec["durations"]),
             WORKER_PLUGIN,
@@ -113,6 +113,8 @@ class _Worker:
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         # Before selection's run_first order (trylast), which stays first.
         if self.durations is not None:
+            from testharness.shard_plan import longest_files_first
+
             order = longest_files_first([item.nodeid for item in items], self.durations)
             position = {nodeid: i for i, nodeid in enumerate(order)}
             items.sort(key=lambda item: position[item.nodeid])
@@ -121,6 +123,8 @@ class _Worker:
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.run_first = [i.nodeid for i in session.items if i.get_closest_marker("run_first")]
         if self.durations:  # the controller schedules the files itself (LongestFirstScheduling)
+            from testharness.xdist_schedule import RUN_FIRST_FILES
+
             files = sorted({nodeid.split("::", 1)[0] for nodeid in self.run_first})
             write_json_atomic(self.shared_dir / RUN_FIRST_FILES, files)  # the same from every worker
 
@@ -140,6 +144,8 @@ class _Worker:
                 done_marker(self.shared_dir, item.nodeid).touch()
 
     def _hold_gpus(self, item: pytest.Item) -> Path | None:
+        from testharness.gpu_lease import hold_node_gpus
+
         release = self.shared_dir / f"gpu_lease_{uuid.uuid4().hex}.release"
         try:
             return release if hold_node_gpus(self.lease_timeout_s, release) else None

@@ -22,17 +22,15 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Generator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from testharness.contract import get_extra, is_xdist_worker, put_extra, settings_of
 
-from .config import select_config
-from .engine import RemoteSelector
-from .plan import OK_OUTCOMES, Plan, describe, test_file_of
-from .reach import ReachRecorder
-from .store import StateFiles
+if TYPE_CHECKING:  # the cores are imported where a --testmon run starts the feature (_start)
+    from .engine import RemoteSelector
+    from .plan import Plan
 
 PREFIX = "remote-select"
 
@@ -48,6 +46,8 @@ class RemoteSelectSession:
     """Per-session object registered only when the feature is active."""
 
     def __init__(self, config: pytest.Config, testmon: Any, selector: RemoteSelector | None, lines: list[str]):
+        from .reach import ReachRecorder
+
         self.config = config
         self.testmon = testmon
         self.selector = selector
@@ -64,6 +64,8 @@ class RemoteSelectSession:
     def start(self) -> None:
         if self.selector is None:
             return
+        from .plan import describe
+
         try:
             self.plan = self.selector.plan()
         except Exception as exc:  # noqa: BLE001  a bug here must never hide tests: testmon alone decides
@@ -85,6 +87,8 @@ class RemoteSelectSession:
         plan = self.plan
         if plan is None:
             return
+        from .plan import test_file_of
+
         collected: dict[str, list[str]] = {}
         for item in items:
             collected.setdefault(test_file_of(item.nodeid), []).append(item.nodeid)
@@ -168,6 +172,11 @@ def _start(config: pytest.Config) -> RemoteSelectSession | None:
     testmon = _testmon_select(config)  # registered by testmon's configure (not trylast): before ours
     if testmon is None:
         return None
+    # deferred: the import graph, the stores and Ray's patches (~50 ms), for --testmon runs only
+    from .config import select_config
+    from .engine import RemoteSelector
+    from .store import StateFiles
+
     root = Path(str(config.rootpath))
     lines: list[str] = []
     selector: RemoteSelector | None = None
@@ -195,4 +204,4 @@ def pytest_testharness_plan_selection(config: pytest.Config) -> None:
     started(config)  # the -n planner reads testmon's selection: the files reach keeps are in it
 
 
-__all__ = ["OK_OUTCOMES", "pytest_configure", "pytest_testharness_plan_selection"]
+__all__ = ["pytest_configure", "pytest_testharness_plan_selection"]
