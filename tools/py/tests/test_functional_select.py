@@ -217,7 +217,7 @@ def test_repository_paths_keeps_repository_files_only(tmp_path: Path) -> None:
 # -- the reach file ----------------------------------------------------------------------
 
 
-def test_the_reach_file_round_trips_and_a_damaged_one_is_rebuilt(tmp_path: Path) -> None:
+def test_the_reach_file_round_trips(tmp_path: Path) -> None:
     path = tmp_path / "reach.json"
     with store.updating(path) as records:
         records["sft"] = SFT
@@ -225,12 +225,51 @@ def test_the_reach_file_round_trips_and_a_damaged_one_is_rebuilt(tmp_path: Path)
     with store.updating(path) as records:
         records["sft"] = store.ScriptRecord(result=store.FAILED)
     assert store.load(path)[0]["sft"].result == store.FAILED
-    for damage, needle in [(b"{not json", "not JSON"), (b'{"format": "other"}', "is not a"),
-                           (json.dumps({"format": store.FORMAT, "version": 1, "scripts": {"x": {"result": "odd"}}}).encode(), "damaged")]:  # fmt: skip
-        path.write_bytes(damage)
-        records, warning = store.load(path)
-        assert records == {} and warning is not None and needle in warning
     assert not (tmp_path / "reach.json.lock").exists()
+
+
+def _scripts(scripts: object) -> bytes:
+    return json.dumps({"format": store.FORMAT, "version": store.VERSION, "scripts": scripts}).encode()
+
+
+@pytest.mark.parametrize(
+    "damage, why",
+    [
+        (b"{not json", "is corrupted (not JSON)"),
+        (b"[" * 100_000 + b"]" * 100_000, "is corrupted (JSON nested too deep)"),
+        (b'{"n": ' + b"1" * 5000 + b"}", "is corrupted (not JSON)"),  # past Python's int-digits limit
+        (b"\xff\xfe", "is corrupted (not UTF-8 text)"),
+        (b'{"format": "other"}', f"is not a {store.FORMAT} file"),
+        (_scripts({"x": {"result": "odd"}}), "has an unexpected structure (a record needs a result)"),
+        (_scripts({"sft": {"result": "passed", "gpus": 1e400}}), "has an unexpected structure (OverflowError: "),
+        (_scripts([]), "has an unexpected structure ('scripts' must be an object)"),
+        (_scripts({"sft": {"result": "passed", "reach": {"a.py": 7}}}), "has an unexpected structure (TypeError: "),
+    ],
+    ids=["not json", "nested", "int digits", "not utf-8", "other format", "bad result", "overflow", "scripts list", "reach"],
+)
+def test_a_damaged_reach_file_is_one_line_moved_aside_and_rebuilt(tmp_path: Path, damage: bytes, why: str) -> None:
+    path = tmp_path / "reach.json"
+    path.write_bytes(damage)
+    records, warning = store.load(path)
+    assert records == {} and warning is not None and "\n" not in warning
+    assert warning.startswith(f"reach.json {why}"), warning
+    assert warning.endswith("; every script runs until a passing run records it again"), warning
+    aside = [p for p in tmp_path.iterdir() if p.name.startswith("reach.json.corrupt-")]
+    assert [p.read_bytes() for p in aside] == [damage] and f"moved it to {aside[0].name};" in warning
+    assert not path.exists()
+    with store.updating(path) as records:  # the next record mends it
+        records["sft"] = SFT
+    assert store.load(path) == ({"sft": SFT}, None)
+
+
+def test_a_reach_file_of_another_version_is_replaced_not_moved_aside(tmp_path: Path) -> None:
+    path = tmp_path / "reach.json"
+    path.write_text(json.dumps({"format": store.FORMAT, "version": 99, "scripts": {}}))
+    records, warning = store.load(path)
+    assert records == {} and warning == (
+        f"reach.json has format version 99, expected {store.VERSION}; every script runs until a passing run records it again"
+    )
+    assert [p.name for p in tmp_path.iterdir()] == ["reach.json"]
 
 
 # -- the git adapter, on a real repository -------------------------------------------------
