@@ -245,7 +245,17 @@ def _scripts(scripts: object) -> bytes:
         (_scripts([]), "has an unexpected structure ('scripts' must be an object)"),
         (_scripts({"sft": {"result": "passed", "reach": {"a.py": 7}}}), "has an unexpected structure (TypeError: "),
     ],
-    ids=["not json", "nested", "int digits", "not utf-8", "other format", "bad result", "overflow", "scripts list", "reach"],
+    ids=[
+        "not json",
+        "nested",
+        "int digits",
+        "not utf-8",
+        "other format",
+        "bad result",
+        "overflow",
+        "scripts list",
+        "reach",
+    ],
 )
 def test_a_damaged_reach_file_is_one_line_moved_aside_and_rebuilt(tmp_path: Path, damage: bytes, why: str) -> None:
     path = tmp_path / "reach.json"
