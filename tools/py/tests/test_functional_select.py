@@ -11,11 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from testharness.functional import cli as functional_cli
 from testharness.functional import store, tree
 from testharness.functional.reach import reach_of, repository_paths
 from testharness.functional.select import Rules, SinceCommit, SinceRun, judge
 from testharness.functional.units import SKELETON, changed_units, file_units, reached_units
 from testharness.remote_select.scan import digest_bytes
+from testharness.settings import load_settings
 
 MODEL = b'''"""A module."""
 import math
@@ -294,6 +296,23 @@ def git(repo: Path, *args: str) -> str:
         "GIT_COMMITTER_EMAIL": "t@t",
     }
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env).stdout
+
+
+def test_records_that_break_judging_run_every_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.testharness.functional]\nreach_file = ".reach.json"\n')
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "add", ".")
+    git(tmp_path, "commit", "-qm", "first")
+    with store.updating(tmp_path / ".reach.json") as records:
+        records["sft"] = SFT
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise KeyError("a bug, or a record no check foresaw")
+
+    monkeypatch.setattr(functional_cli, "judge", broken)
+    found, notes = functional_cli.verdicts(load_settings(tmp_path), ["sft", "grpo"], 0, None)
+    why = "runs: the records could not be judged (KeyError: 'a bug, or a record no check foresaw')"
+    assert notes == [] and {name: v.line() for name, v in found.items()} == {"sft": why, "grpo": why}
 
 
 def test_tree_sees_what_git_would_commit(tmp_path: Path) -> None:
