@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from testharness import selection_state
+from testharness import selection_state, state_artifact
 from testharness.functional import store as functional_store
 from testharness.remote_select import store as remote_store
 from testharness.settings import Settings, load_settings
@@ -270,14 +270,14 @@ def test_a_decompression_bomb_stops_at_the_limits_read_as_a_stream(
         saved, _sealed(manifest, {**blobs, "remote_parse_cache.json": big}), {**blobs, "remote_parse_cache.json": big}
     )
     assert saved.stat().st_size < 64 * 1024
-    monkeypatch.setattr(selection_state, "JSON_LIMIT", 2 * 2**20)
+    monkeypatch.setattr(state_artifact, "JSON_LIMIT", 2 * 2**20)
     said = selection_state.load(checkout, saved)
     assert (
         said
         == "testharness state: not loaded, everything runs: its remote_parse_cache.json is 3 MiB, more than the 2 MiB limit"
     )
-    monkeypatch.setattr(selection_state, "JSON_LIMIT", 64 * 2**20)
-    monkeypatch.setattr(selection_state, "TOTAL_LIMIT", 2 * 2**20)  # the whole stream, headers and all
+    monkeypatch.setattr(state_artifact, "JSON_LIMIT", 64 * 2**20)
+    monkeypatch.setattr(state_artifact, "TOTAL_LIMIT", 2 * 2**20)  # the whole stream, headers and all
     said = selection_state.load(checkout, saved)
     assert said == "testharness state: not loaded, everything runs: state.tgz expands to more than 2 MiB (the limit)"
     assert _present(checkout.root) == []
