@@ -120,6 +120,27 @@ def test_a_failing_script_runs_until_it_passes_and_an_affected_run_records(toy: 
     assert verdicts(toy) == {"first": SKIPPED, "second": SKIPPED}
 
 
+def test_a_damaged_reach_file_runs_every_script_with_one_line_and_is_mended(toy: Path) -> None:
+    reach = toy / ".toy_reach.json"
+    nested = "[" * 100_000 + "]" * 100_000  # json.loads: RecursionError (a traceback in every run, once)
+    reach.write_text(nested)
+    listed = run_all(toy, "--affected", "--list")
+    assert listed.returncode == 0 and "Traceback" not in listed.stdout + listed.stderr, listed.stdout + listed.stderr
+    (warning,) = listed.stderr.splitlines()
+    assert warning.startswith("warning: .toy_reach.json is corrupted (JSON nested too deep); moved it to "), warning
+    assert warning.endswith("; every script runs until a passing run records it again"), warning
+    rows = {row.split()[0]: row.split(None, 2)[2] for row in listed.stdout.splitlines()[1:]}
+    assert rows == {"first": "runs: never recorded", "second": "runs: never recorded"}
+    (aside,) = toy.glob(".toy_reach.json.corrupt-*")
+    assert aside.read_text() == nested
+    aside.unlink()
+    # Every script runs, and their passing runs' records mend the file.
+    done = run_all(toy, "--affected")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "=== [run_all] first" in done.stdout and "=== [run_all] second" in done.stdout
+    assert verdicts(toy) == {"first": SKIPPED, "second": SKIPPED}
+
+
 def test_a_run_with_overrides_records_nothing(toy: Path) -> None:
     edit(toy, "toypkg/model.py", "def first_loss(step):\n    return 10.0", "def first_loss(step):\n    return 10.5")
     done = run_all(toy, "first", "--", "unused=1")

@@ -1,75 +1,77 @@
 """`testharness state save FILE` / `load FILE`: the whole selection state as one artifact, so a
 pull request's CI selects against its base branch instead of running everything.
 
-The artifact is a gzipped tar: `manifest.json` first, then the state files, each under a
-fixed name. What it holds: pytest-testmon's database (copied with SQLite's backup API: one
+What it holds: pytest-testmon's database (copied with SQLite's backup API: one
 self-contained file, no `-wal`/`-shm`), the remote-select map, its parse cache and its
 state, and the functional reach file; the manifest says which project, commit, Python and
 environment (the digests of the files `[tool.testharness.functional] environment` names:
-uv.lock, pyproject.toml, ...) they were made at.
+uv.lock, pyproject.toml, ...) they were made at, and the sha256 digest of each file
+(state_artifact.py: the format, and the checks that do not need the checkout).
 
-`load` restores them into a checkout when the state fits it: same project, its commit an
-ancestor of HEAD, the same environment files. Otherwise it removes the checkout's own
-selection state, so everything runs, and says why in one line. Either way it exits 0: CI
-goes on and runs what the state allows. A file it cannot read is one line too, never a
-traceback.
+`load` restores the state only when every check passed (state_artifact.unpack) and it fits
+this checkout: same project, its commit an ancestor of HEAD, the same environment files. The
+members are staged in a temporary directory and copied in only then. Otherwise it removes
+the checkout's own selection state, so everything runs, and says why in one line. Either way
+it exits 0: CI goes on and runs what the state allows. docs/testmon.md states the trust model.
 """
 
 from __future__ import annotations
 
 import argparse
-import io
-import json
 import os
 import platform
+import shutil
 import sqlite3
 import sys
-import tarfile
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from testharness import state_artifact
 from testharness.atomic_io import replacing
+from testharness.functional import store as functional_store
 from testharness.functional import tree
 from testharness.project_root import find_project_root
+from testharness.remote_select import store as remote_store
 from testharness.remote_select.scan import digest_bytes
-from testharness.remote_select.store import parse_cache_file
 from testharness.settings import Settings, SettingsError, load_settings
-from testharness.state_files import SQLITE_SIDE_FILES
+from testharness.state_artifact import Member, StateError, member_problem, sha256_of
+from testharness.state_files import SQLITE_SIDE_FILES, TESTMON_SCHEMA, Unusable, one_line, shown, sqlite_problem
 
-FORMAT = "testharness.selection_state"
-VERSION = 1
-MANIFEST = "manifest.json"
 TESTMON_ENV, TESTMON_DEFAULT = "TESTMON_DATAFILE", ".testmondata"  # pytest-testmon's names
 DESCRIPTION = "Save the selection state (testmon, remote reach, functional reach) as one file, or load one."
 PREFIX = "testharness state"
 
 
-class StateError(Exception):
-    """Why a state artifact cannot be used here (one line)."""
-
-
-@dataclass(frozen=True)
-class Member:
-    name: str  # inside the artifact
-    path: Path  # in the checkout
-    sqlite: bool = False
+def _check_testmon(path: Path) -> None:
+    problem = sqlite_problem(path, schema=TESTMON_SCHEMA, exact=True)
+    if problem is not None:
+        raise Unusable(problem)
 
 
 def members(settings: Settings) -> list[Member]:
     root = settings.root
     testmon = Path(root, os.environ.get(TESTMON_ENV, TESTMON_DEFAULT))
+    map_file = settings.remote_map_file
     return [
-        Member("testmondata.sqlite", testmon, sqlite=True),
-        Member("remote_map.json", settings.remote_map_file),
-        Member("remote_parse_cache.json", parse_cache_file(settings.remote_map_file)),
-        Member("remote_state.json", settings.remote_state_file),
-        Member("functional_reach.json", settings.functional.reach_file),
+        Member("testmondata.sqlite", testmon, _check_testmon, state_artifact.SQLITE_LIMIT, sqlite=True),
+        Member("remote_map.json", map_file, remote_store.MAP.read, state_artifact.JSON_LIMIT),
+        Member(
+            "remote_parse_cache.json",
+            remote_store.parse_cache_file(map_file),
+            remote_store.PARSE_CACHE.read,
+            state_artifact.JSON_LIMIT,
+        ),
+        Member("remote_state.json", settings.remote_state_file, remote_store.STATE.read, state_artifact.JSON_LIMIT),
+        Member(
+            "functional_reach.json",
+            settings.functional.reach_file,
+            functional_store.REACH.read,
+            state_artifact.JSON_LIMIT,
+        ),
     ]
 
 
@@ -95,20 +97,17 @@ def environment(settings: Settings) -> dict[str, str]:
     return out
 
 
-def _sqlite_copy(src: Path) -> bytes:
-    """The database at `src` as one self-contained file (its write-ahead log folded in)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp, "copy.sqlite")
-        source = sqlite3.connect(f"{src.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+def _sqlite_copy(src: Path, out: Path) -> None:
+    """The database at `src` as one self-contained file at `out` (its write-ahead log folded in)."""
+    source = sqlite3.connect(f"{src.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+    try:
+        target = sqlite3.connect(out)
         try:
-            target = sqlite3.connect(out)
-            try:
-                source.backup(target)
-            finally:
-                target.close()
+            source.backup(target)
         finally:
-            source.close()
-        return out.read_bytes()
+            target.close()
+    finally:
+        source.close()
 
 
 def save(settings: Settings, artifact: Path) -> str:
@@ -116,102 +115,114 @@ def save(settings: Settings, artifact: Path) -> str:
     commit = tree.head(root)
     if commit is None:
         raise StateError("not a git checkout with a commit: the state would not say what it was made at")
-    blobs: dict[str, bytes] = {}
-    for m in members(settings):
-        if m.path.is_file():
+    left_out: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="testharness-state-") as tmp:
+        staged: dict[str, Path] = {}
+        for m in members(settings):
+            if not m.path.is_file():
+                continue
+            copy = Path(tmp, m.name)
             try:
-                blobs[m.name] = _sqlite_copy(m.path) if m.sqlite else m.path.read_bytes()
+                if m.sqlite:
+                    _sqlite_copy(m.path, copy)
+                else:
+                    shutil.copyfile(m.path, copy)
             except (OSError, sqlite3.Error) as exc:
                 raise StateError(f"cannot read {m.path.name} ({exc})") from None
-    manifest = {
-        "format": FORMAT,
-        "version": VERSION,
-        "project": project_name(root),
-        "commit": commit,
-        "python": platform.python_version(),
-        "environment": environment(settings),
-        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "files": sorted(blobs),
-    }
-    with replacing(artifact) as tmp, tarfile.open(tmp, "w:gz") as tar:
-        for name, data in [(MANIFEST, json.dumps(manifest, indent=2).encode()), *sorted(blobs.items())]:
-            info = tarfile.TarInfo(name)
-            info.size, info.mtime, info.mode = len(data), int(time.time()), 0o644
-            tar.addfile(info, io.BytesIO(data))
+            problem = member_problem(m, copy)
+            if problem is not None:  # a load would refuse the whole artifact for it
+                left_out.append(f"{m.path.name} {problem}")
+                continue
+            staged[m.name] = copy
+        manifest = {
+            "format": state_artifact.FORMAT,
+            "version": state_artifact.VERSION,
+            "project": project_name(root),
+            "commit": commit,
+            "python": platform.python_version(),
+            "environment": environment(settings),
+            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "files": sorted(staged),
+            "sha256": {name: sha256_of(path) for name, path in sorted(staged.items())},
+        }
+        state_artifact.write(artifact, manifest, staged)
     size = artifact.stat().st_size
-    what = ", ".join(blobs) or "no state files (nothing recorded yet)"
-    return f"{PREFIX}: saved {artifact} ({size / 1024:.0f} KiB) at {commit[:12]}: {what}"
+    what = ", ".join(sorted(staged)) or "no state files (nothing recorded yet)"
+    tail = f"; left out {'; '.join(left_out)}" if left_out else ""
+    return f"{PREFIX}: saved {artifact} ({size / 1024:.0f} KiB) at {commit[:12]}: {what}{tail}"
 
 
-@contextmanager
-def _opened(artifact: Path) -> Iterator[tuple[dict[str, Any], dict[str, bytes]]]:
-    try:
-        with tarfile.open(artifact, "r:gz") as tar:
-            blobs: dict[str, bytes] = {}
-            for info in tar.getmembers():
-                if not info.isfile() or "/" in info.name or info.name.startswith("."):
-                    raise StateError(f"{artifact.name} holds an unexpected entry {info.name!r}")
-                fh = tar.extractfile(info)
-                blobs[info.name] = fh.read() if fh is not None else b""
-    except FileNotFoundError:
-        raise StateError(f"{artifact} does not exist") from None
-    except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
-        raise StateError(f"{artifact.name} is damaged ({exc.__class__.__name__}: {exc})") from None
-    try:
-        manifest = json.loads(blobs.pop(MANIFEST))
-    except (KeyError, ValueError):
-        raise StateError(f"{artifact.name} has no readable {MANIFEST}") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise StateError(f"{artifact.name} is not a {FORMAT} file")
-    if manifest.get("version") != VERSION:
-        raise StateError(f"{artifact.name} has format version {manifest.get('version')!r}, expected {VERSION}")
-    yield manifest, blobs
-
-
-def _fits(settings: Settings, manifest: dict[str, Any]) -> None:
+def _fits(settings: Settings, now: dict[str, str], manifest: dict[str, Any]) -> None:
+    """StateError unless the state was made for this checkout: its project, an ancestor of
+    HEAD, its environment files as they are `now`."""
     root = settings.root
-    if manifest.get("project") != project_name(root):
-        raise StateError(f"it was made for the project {manifest.get('project')!r}, this is {project_name(root)!r}")
-    commit = str(manifest.get("commit", ""))
+    if manifest["project"] != project_name(root):
+        raise StateError(f"it was made for the project {manifest['project']!r}, this is {project_name(root)!r}")
+    commit = manifest["commit"]
     if not tree.is_ancestor(root, commit):
         raise StateError(
             f"its commit {commit[:12]} is not an ancestor of HEAD (fetch it, or save a state on the base branch)"
         )
-    made, now = manifest.get("environment", {}), environment(settings)
+    made = manifest["environment"]
     for rel in sorted(set(made) | set(now)):
         if made.get(rel) != now.get(rel):
             raise StateError(f"it was made under another {rel}")
 
 
-def _clear(settings: Settings) -> None:
+def _targets(m: Member) -> list[Path]:
+    """The member's file in the checkout, and the side files SQLite keeps beside it."""
+    return [m.path.with_name(m.path.name + suffix) for suffix in ("", *(SQLITE_SIDE_FILES if m.sqlite else ()))]
+
+
+def _clear(settings: Settings) -> list[str]:
+    """Remove the checkout's selection files; what could not be removed. A directory is left
+    where it is: the run that finds it moves it aside (or, named by $TESTMON_DATAFILE, stops)."""
+    failed: list[str] = []
     for m in members(settings):
-        for suffix in ("", *(SQLITE_SIDE_FILES if m.sqlite else ())):
-            side = m.path.with_name(m.path.name + suffix)
-            if side.is_file() or side.is_symlink():
-                side.unlink()
+        for path in _targets(m):
+            if os.path.lexists(path) and not path.is_dir():
+                try:
+                    path.unlink()
+                except OSError as exc:
+                    failed.append(f"{shown(path, settings.root)} ({exc.strerror or exc})")
+    return failed
+
+
+def _swap_in(settings: Settings, staged: dict[str, Path]) -> None:
+    """Replace the checkout's selection files with the staged ones, all of them."""
+    for m in members(settings):
+        for path in _targets(m):
+            if path.is_dir():
+                raise StateError(f"{shown(path, settings.root)} is a directory, not a file")
+    failed = _clear(settings)
+    if failed:
+        raise StateError(f"could not remove {failed[0]}")
+    for m in members(settings):
+        if m.name in staged:
+            try:
+                with replacing(m.path) as tmp:
+                    shutil.copyfile(staged[m.name], tmp)
+            except OSError as exc:
+                raise StateError(f"could not write {shown(m.path, settings.root)} ({exc.strerror or exc})") from None
 
 
 def load(settings: Settings, artifact: Path) -> str:
     try:
-        with _opened(artifact) as (manifest, blobs):
-            _fits(settings, manifest)
-            _clear(settings)
+        with tempfile.TemporaryDirectory(prefix="testharness-state-") as tmp:
             by_name = {m.name: m for m in members(settings)}
-            for name, data in blobs.items():
-                m = by_name.get(name)
-                if m is None:
-                    continue
-                m.path.parent.mkdir(parents=True, exist_ok=True)
-                with replacing(m.path) as tmp:
-                    tmp.write_bytes(data)
-    except StateError as exc:
-        _clear(settings)
-        return f"{PREFIX}: not loaded, everything runs: {exc}"
+            now = environment(settings)  # (reads the checkout: its errors are not the artifact's)
+            manifest, staged = state_artifact.unpack(artifact, by_name, Path(tmp), partial(_fits, settings, now))
+            _swap_in(settings, staged)
+    except Exception as exc:  # noqa: BLE001  (git, the disk, a bug too): refusing must never fail CI
+        why = str(exc) if isinstance(exc, StateError) else f"it could not be loaded ({one_line(exc)})"
+        failed = _clear(settings)  # nothing stale, nothing half loaded: everything runs
+        tail = f"; could not remove {', '.join(failed)}: remove it by hand" if failed else ""
+        return f"{PREFIX}: not loaded, everything runs: {why}{tail}"
     commit = str(manifest["commit"])
     behind = tree.commits_between(settings.root, commit)
     return (
         f"{PREFIX}: loaded {artifact.name}, made at {commit[:12]} ({behind} commit(s) behind HEAD): "
-        f"selection runs what changed since then ({', '.join(sorted(blobs)) or 'no state files'})"
+        f"selection runs what changed since then ({', '.join(sorted(staged)) or 'no state files'})"
     )
 
 

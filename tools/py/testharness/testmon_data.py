@@ -4,8 +4,9 @@ pytest-testmon opens its SQLite file in its own `pytest_configure`; a damaged on
 a truncated copy, a directory at the path) would end every `--testmon` run in an
 INTERNALERROR. A tryfirst `pytest_configure` runs before testmon's:
 
-* it checks the file and, when damaged, moves it (with its side files) aside with one
-  warning line, so testmon creates a fresh one and selects as on a first run;
+* it checks the file (SQLite's integrity check; testmon's tables, in a file of testmon's
+  version) and, when damaged, moves it (with its side files) aside with one warning line, so
+  testmon creates a fresh one and selects as on a first run;
 * it takes `<datafile>.lock`, held until the session starts (every `pytest_configure` has
   run), so two sessions started together do not both create the database (testmon deletes
   and re-creates a file whose version it does not know: the other one then fails with
@@ -54,7 +55,7 @@ def _testmon_opens_its_file(config: pytest.Config) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     if is_xdist_worker(config) or not _testmon_opens_its_file(config):
         return
-    from .state_files import exclusive, recover_sqlite  # deferred: sqlite3 and all, for --testmon runs only
+    from .state_files import TESTMON_SCHEMA, exclusive, recover_sqlite  # deferred: sqlite3 and all, for --testmon runs only
 
     path = datafile(config)
     if ENV in os.environ and path.is_dir():
@@ -69,7 +70,7 @@ def pytest_configure(config: pytest.Config) -> None:
         held.enter_context(exclusive(path))
     except OSError as exc:
         lines.append(f"{PREFIX}: warning: going on without the lock on {path.name} ({exc})")
-    warning = recover_sqlite(path, Path(str(config.rootpath)))
+    warning = recover_sqlite(path, Path(str(config.rootpath)), schema=TESTMON_SCHEMA)
     if warning:
         lines.append(f"{PREFIX}: warning: {warning}")
 

@@ -11,11 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from testharness.functional import cli as functional_cli
 from testharness.functional import store, tree
 from testharness.functional.reach import reach_of, repository_paths
 from testharness.functional.select import Rules, SinceCommit, SinceRun, judge
 from testharness.functional.units import SKELETON, changed_units, file_units, reached_units
 from testharness.remote_select.scan import digest_bytes
+from testharness.settings import load_settings
 
 MODEL = b'''"""A module."""
 import math
@@ -217,7 +219,7 @@ def test_repository_paths_keeps_repository_files_only(tmp_path: Path) -> None:
 # -- the reach file ----------------------------------------------------------------------
 
 
-def test_the_reach_file_round_trips_and_a_damaged_one_is_rebuilt(tmp_path: Path) -> None:
+def test_the_reach_file_round_trips(tmp_path: Path) -> None:
     path = tmp_path / "reach.json"
     with store.updating(path) as records:
         records["sft"] = SFT
@@ -225,12 +227,61 @@ def test_the_reach_file_round_trips_and_a_damaged_one_is_rebuilt(tmp_path: Path)
     with store.updating(path) as records:
         records["sft"] = store.ScriptRecord(result=store.FAILED)
     assert store.load(path)[0]["sft"].result == store.FAILED
-    for damage, needle in [(b"{not json", "not JSON"), (b'{"format": "other"}', "is not a"),
-                           (json.dumps({"format": store.FORMAT, "version": 1, "scripts": {"x": {"result": "odd"}}}).encode(), "damaged")]:  # fmt: skip
-        path.write_bytes(damage)
-        records, warning = store.load(path)
-        assert records == {} and warning is not None and needle in warning
     assert not (tmp_path / "reach.json.lock").exists()
+
+
+def _scripts(scripts: object) -> bytes:
+    return json.dumps({"format": store.FORMAT, "version": store.VERSION, "scripts": scripts}).encode()
+
+
+@pytest.mark.parametrize(
+    "damage, why",
+    [
+        (b"{not json", "is corrupted (not JSON)"),
+        (b"[" * 100_000 + b"]" * 100_000, "is corrupted (JSON nested too deep)"),
+        (b'{"n": ' + b"1" * 5000 + b"}", "is corrupted (not JSON)"),  # past Python's int-digits limit
+        (b"\xff\xfe", "is corrupted (not UTF-8 text)"),
+        (b'{"format": "other"}', f"is not a {store.FORMAT} file"),
+        (_scripts({"x": {"result": "odd"}}), "has an unexpected structure (a record needs a result)"),
+        (_scripts({"sft": {"result": "passed", "gpus": 1e400}}), "has an unexpected structure (OverflowError: "),
+        (_scripts([]), "has an unexpected structure ('scripts' must be an object)"),
+        (_scripts({"sft": {"result": "passed", "reach": {"a.py": 7}}}), "has an unexpected structure (TypeError: "),
+    ],
+    ids=[
+        "not json",
+        "nested",
+        "int digits",
+        "not utf-8",
+        "other format",
+        "bad result",
+        "overflow",
+        "scripts list",
+        "reach",
+    ],
+)
+def test_a_damaged_reach_file_is_one_line_moved_aside_and_rebuilt(tmp_path: Path, damage: bytes, why: str) -> None:
+    path = tmp_path / "reach.json"
+    path.write_bytes(damage)
+    records, warning = store.load(path)
+    assert records == {} and warning is not None and "\n" not in warning
+    assert warning.startswith(f"reach.json {why}"), warning
+    assert warning.endswith("; every script runs until a passing run records it again"), warning
+    aside = [p for p in tmp_path.iterdir() if p.name.startswith("reach.json.corrupt-")]
+    assert [p.read_bytes() for p in aside] == [damage] and f"moved it to {aside[0].name};" in warning
+    assert not path.exists()
+    with store.updating(path) as records:  # the next record mends it
+        records["sft"] = SFT
+    assert store.load(path) == ({"sft": SFT}, None)
+
+
+def test_a_reach_file_of_another_version_is_replaced_not_moved_aside(tmp_path: Path) -> None:
+    path = tmp_path / "reach.json"
+    path.write_text(json.dumps({"format": store.FORMAT, "version": 99, "scripts": {}}))
+    records, warning = store.load(path)
+    assert records == {} and warning == (
+        f"reach.json has format version 99, expected {store.VERSION}; every script runs until a passing run records it again"
+    )
+    assert [p.name for p in tmp_path.iterdir()] == ["reach.json"]
 
 
 # -- the git adapter, on a real repository -------------------------------------------------
@@ -245,6 +296,23 @@ def git(repo: Path, *args: str) -> str:
         "GIT_COMMITTER_EMAIL": "t@t",
     }
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env).stdout
+
+
+def test_records_that_break_judging_run_every_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.testharness.functional]\nreach_file = ".reach.json"\n')
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "add", ".")
+    git(tmp_path, "commit", "-qm", "first")
+    with store.updating(tmp_path / ".reach.json") as records:
+        records["sft"] = SFT
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise KeyError("a bug, or a record no check foresaw")
+
+    monkeypatch.setattr(functional_cli, "judge", broken)
+    found, notes = functional_cli.verdicts(load_settings(tmp_path), ["sft", "grpo"], 0, None)
+    why = "runs: the records could not be judged (KeyError: 'a bug, or a record no check foresaw')"
+    assert notes == [] and {name: v.line() for name, v in found.items()} == {"sft": why, "grpo": why}
 
 
 def test_tree_sees_what_git_would_commit(tmp_path: Path) -> None:

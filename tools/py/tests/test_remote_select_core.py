@@ -14,6 +14,7 @@ from testharness.remote_select.config import SelectConfig, select_config
 from testharness.remote_select.engine import RemoteSelector
 from testharness.remote_select.graph import build_graph
 from testharness.remote_select.parsing import parse_refs
+from testharness.remote_select.plan import describe
 from testharness.remote_select.records import SentModule, format_ref
 from testharness.remote_select.scan import hash_files, scan_files
 from testharness.settings import SettingsError, load_settings
@@ -576,6 +577,39 @@ def test_state_file_that_is_not_json_text_is_replaced_with_one_warning(tmp_path:
     sel.finish(plan, outcomes, collected, reaches)
     plan = sel.plan()
     assert plan.messages == [] and not any(plan.must_run(n) for n in outcomes)
+
+
+@pytest.mark.parametrize("name", [MAP_NAME, STATE_NAME])
+def test_one_file_it_cannot_use_plans_as_a_first_run(tmp_path: Path, name: str) -> None:
+    """The map alone damaged (the state intact) is enough: nothing it narrowed is trusted."""
+    sel, outcomes, collected, reaches = _seeded_selector(tmp_path)
+    (tmp_path / name).write_text("[" * 100_000 + "]" * 100_000)
+    plan = sel.plan()
+    assert len(plan.messages) == 1 and plan.messages[0].startswith(f"{name} is corrupted (JSON nested too deep); ")
+    assert all(plan.must_run(n) for n in outcomes)
+    assert plan.affected_files >= set(collected)
+    assert (
+        describe(plan)
+        == "remote-select: every test is selected: its files could not be used (rebuilt when this run ends)"
+    )
+    sel.finish(plan, outcomes, collected, reaches)
+    plan = sel.plan()
+    assert plan.messages == [] and not any(plan.must_run(n) for n in outcomes)
+
+
+def test_a_damaged_parse_cache_is_read_again_and_rebuilt(tmp_path: Path) -> None:
+    sel, outcomes, collected, reaches = _seeded_selector(tmp_path)
+    cache = store.parse_cache_file(tmp_path / MAP_NAME)
+    assert cache.is_file()
+    cache.write_text("[" * 100_000 + "]" * 100_000)
+    (tmp_path / "pkg/actors.py").write_text("class Worker:\n    y = 2\n")  # so the plan reads the cache
+    plan = sel.plan()
+    assert len(plan.messages) == 1 and plan.messages[0].startswith(
+        f"{cache.name} is corrupted (JSON nested too deep); "
+    )
+    assert [p.name.split(".corrupt-")[0] for p in tmp_path.iterdir() if ".corrupt-" in p.name] == [cache.name]
+    assert sel.finish(plan, outcomes, collected, reaches) == []  # shown once, at plan time
+    assert json.loads(cache.read_text())["format"] == store.PARSE_CACHE_FORMAT  # rebuilt
 
 
 def test_merge3_takes_ours_for_mine_else_whoever_changed_it() -> None:

@@ -7,6 +7,7 @@ that testmon's coverage never nests in this process's).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sqlite3
@@ -21,6 +22,9 @@ import pytest
 
 from testharness import state_files
 from testharness.state_files import (
+    TESTMON_SCHEMA,
+    JsonFormat,
+    Unusable,
     exclusive,
     move_aside,
     recover_sqlite,
@@ -57,6 +61,11 @@ def _damage(path: Path, how: str) -> None:
         wal = path.with_name(path.name + "-wal")
         wal.unlink(missing_ok=True)  # an empty log: what a read-only connection leaves
         wal.mkdir()
+    elif how == "missing-table":  # a sound database that is not testmon's: testmon's queries fail
+        con = sqlite3.connect(path)
+        con.execute("DROP TABLE test_execution_file_fp")
+        con.commit()
+        con.close()
     elif how == "bad-page":
         data = bytearray(path.read_bytes())
         data[4096 * 3 : 4096 * 3 + 600] = b"\xa5" * 600
@@ -137,6 +146,114 @@ def test_recover_sqlite_moves_a_damaged_database_aside_with_one_line(tmp_path: P
     assert all(name.startswith(".data.corrupt-STAMP") for name in names)
     _make_db(db)  # a fresh database where the old one was
     assert sqlite_problem(db) is None
+
+
+def _testmon_db(path: Path) -> None:
+    """A database as pytest-testmon creates it (its own code), closed."""
+    from testmon.db import DB
+
+    DB(str(path)).con.close()
+
+
+def test_testmon_schema_is_the_installed_testmons(tmp_path: Path) -> None:
+    from testmon.db import DATA_VERSION
+
+    db = tmp_path / ".testmondata"
+    _testmon_db(db)
+    con = sqlite3.connect(db)
+    tables = {row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    con.close()
+    assert (DATA_VERSION, tables) == (TESTMON_SCHEMA.user_version, TESTMON_SCHEMA.tables)
+    assert sqlite_problem(db, schema=TESTMON_SCHEMA, exact=True) is None
+
+
+def test_a_testmon_database_without_one_of_its_tables_is_damaged(tmp_path: Path) -> None:
+    db = tmp_path / ".testmondata"
+    _testmon_db(db)
+    con = sqlite3.connect(db)
+    con.execute("DROP TABLE test_execution_file_fp")  # testmon's next query would raise
+    con.commit()
+    con.close()
+    assert sqlite_problem(db) is None  # a sound database: only its schema says it is not testmon's
+    assert sqlite_problem(db, schema=TESTMON_SCHEMA) == "lacks its table 'test_execution_file_fp'"
+    other = tmp_path / "other"
+    _make_db(other)  # user_version 0: testmon re-creates a file of another version itself
+    assert sqlite_problem(other, schema=TESTMON_SCHEMA) is None
+    assert sqlite_problem(other, schema=TESTMON_SCHEMA, exact=True) == "has format version 0, expected 14"
+
+
+def _parse_entries(data: dict[str, object]) -> dict[str, int]:
+    entries = data["entries"]
+    if not isinstance(entries, dict):
+        raise ValueError("'entries' must be an object")
+    return {str(k): int(v) for k, v in entries.items()}  # int(): a value of any other kind raises
+
+
+FMT = JsonFormat("test.state", 2, _parse_entries)
+
+
+def _doc(entries: object, version: int = 2) -> bytes:
+    return json.dumps({"format": "test.state", "version": version, "entries": entries}).encode()
+
+
+@pytest.mark.parametrize(
+    "content, why",
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "is corrupted (JSON nested too deep)"),
+        (b'{"format": "test.state", "v": [' * 50_000, "is corrupted (JSON nested too deep)"),
+        (b"{not json", "is corrupted (not JSON)"),
+        (b"1" * 5000, "is corrupted (not JSON)"),  # past Python's int-digits limit: a ValueError of its own
+        (b"", "is corrupted (not JSON)"),
+        (b"\x00\xff garbage", "is corrupted (not UTF-8 text)"),
+        (b"[]", "is not a test.state file"),
+        (_doc([]), "has an unexpected structure ('entries' must be an object)"),
+        (_doc({"a": "x"}), "has an unexpected structure (invalid literal for int() with base 10: 'x')"),
+        (_doc({"a": None}), "has an unexpected structure (TypeError: int() argument must be a string"),
+        (_doc({"a": 1e400}), "has an unexpected structure (OverflowError: cannot convert float infinity to integer)"),
+        (json.dumps({"format": "test.state", "version": 2}).encode(), "has an unexpected structure (KeyError: 'entries')"),
+    ],
+    ids=["nested", "nested-object", "not-json", "int-digits", "empty", "binary", "other-format", "list", "value",
+         "none", "overflow", "missing"],
+)  # fmt: skip
+def test_a_json_state_file_that_cannot_be_used_is_one_line_and_moved_aside(
+    tmp_path: Path, content: bytes, why: str
+) -> None:
+    path = tmp_path / "state.json"
+    path.write_bytes(content)
+    with pytest.raises(Unusable) as raised:  # strict: what `testharness state load` checks with
+        FMT.read(path)
+    assert raised.value.why.startswith(why) and not raised.value.outdated
+    assert path.read_bytes() == content  # read never moves anything
+    data, warning = FMT.load(path, then="starting afresh")
+    assert data is None and warning is not None and "\n" not in warning
+    aside = [p for p in tmp_path.iterdir() if p.name.startswith("state.json.corrupt-")]
+    assert len(aside) == 1 and aside[0].read_bytes() == content  # kept for a post-mortem
+    assert warning.startswith(f"state.json {why}") and warning.endswith(
+        f"; moved it to {aside[0].name}; starting afresh"
+    )
+    assert not path.exists()
+    assert FMT.load(path) == (None, None)  # as on a first run
+
+
+def test_a_json_state_file_that_is_a_directory_is_moved_aside(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    path.mkdir()
+    (path / "inside").write_text("x")
+    data, warning = FMT.load(path)
+    assert data is None and warning is not None
+    assert warning.startswith("state.json is a directory; moved it to state.json.corrupt-")
+    assert warning.endswith("; rebuilding it")
+    (aside,) = tmp_path.iterdir()
+    assert (aside / "inside").read_text() == "x"
+
+
+def test_a_json_state_file_of_another_version_is_left_for_the_next_save(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    path.write_bytes(_doc({"a": 1}, version=1))
+    assert FMT.load(path) == (None, "state.json has format version 1, expected 2; rebuilding it")
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
+    path.write_bytes(_doc({"a": 1}))
+    assert FMT.load(path) == ({"a": 1}, None)
 
 
 def test_exclusive_lock_excludes_and_leaves_no_file(tmp_path: Path) -> None:
@@ -223,7 +340,7 @@ def _checkpointed(db: Path) -> None:
 ALL = {"tests/test_a.py::test_a", "tests/test_b.py::test_b"}
 
 
-@pytest.mark.parametrize("how", ["garbage", "truncated", "directory", "wal-directory"])
+@pytest.mark.parametrize("how", ["garbage", "truncated", "directory", "wal-directory", "missing-table"])
 def test_damaged_testmon_data_is_moved_aside_and_rebuilt(tm_project: pytest.Pytester, how: str) -> None:
     result, passed = _run(tm_project)
     assert passed == ALL, result.stdout.str()

@@ -26,6 +26,7 @@ from testharness.atomic_io import write_json_atomic
 from testharness.project_root import find_project_root
 from testharness.settings import Settings, SettingsError, load_settings
 from testharness.shard_plan import ShardSpecError, parse_shard_spec, plan_shards
+from testharness.state_files import one_line
 
 from . import store, tree
 from .reach import measured_lines, reach_of, repository_paths
@@ -165,8 +166,14 @@ def verdicts(
         return {n: Verdict(True, reason) for n in names}, notes
     read_by_any = {p for r in records.values() for p in r.inputs}
     rules = _rules(settings)
-    out = {n: judge(records.get(n), edit, rules, read_by_any=read_by_any, gpus=gpus, python=_python()) for n in names}
-    return out, notes
+    try:
+        judged = {
+            n: judge(records.get(n), edit, rules, read_by_any=read_by_any, gpus=gpus, python=_python()) for n in names
+        }
+    except Exception as exc:  # noqa: BLE001  records that break judging must not hide a script
+        reason = f"the records could not be judged ({one_line(exc)})"  # each passing run replaces its own
+        return {n: Verdict(True, reason) for n in names}, notes
+    return judged, notes
 
 
 def plan(settings: Settings, args: argparse.Namespace) -> int:

@@ -9,8 +9,9 @@
                                    {"skeleton": "digest", "units": {"sft_train": "digest"}}}}}}
 
 A failed run keeps the reach of the last passing one and says "failed": the script runs
-again until it passes. A damaged file is rebuilt (one warning line); nothing is lost but
-the selection, and a script with no record always runs.
+again until it passes. A damaged file (not JSON, nested too deep, a field of the wrong type)
+is one warning line: it is moved aside, every script runs (a script with no record always
+runs), and the next record rebuilds it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from testharness.atomic_io import write_json_atomic
-from testharness.state_files import exclusive, load_json_state
+from testharness.state_files import JsonFormat, exclusive
 
 FORMAT = "testharness.functional.reach"
 VERSION = 1
@@ -79,15 +80,20 @@ def _record(value: Any) -> ScriptRecord:
     )
 
 
+def _records(data: dict[str, Any]) -> dict[str, ScriptRecord]:
+    scripts = data["scripts"]
+    if not isinstance(scripts, dict):
+        raise ValueError("'scripts' must be an object")
+    return {str(name): _record(rec) for name, rec in scripts.items()}
+
+
+REACH = JsonFormat(FORMAT, VERSION, _records)
+
+
 def load(path: Path) -> tuple[dict[str, ScriptRecord], str | None]:
-    """The records by script name, and a warning line when the file had to be set aside."""
-    data, warning = load_json_state(path, FORMAT, VERSION)
-    if data is None:
-        return {}, warning
-    try:
-        return {str(name): _record(rec) for name, rec in dict(data["scripts"]).items()}, None
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        return {}, f"{path.name} is damaged ({exc.__class__.__name__}); every script runs until it is rebuilt"
+    """The records by script name, and a warning line when the file could not be used."""
+    records, warning = REACH.load(path, then="every script runs until a passing run records it again")
+    return records or {}, warning
 
 
 def save(path: Path, records: dict[str, ScriptRecord]) -> None:

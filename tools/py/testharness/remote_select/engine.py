@@ -18,11 +18,19 @@ digest in the parse cache file, in processes of their own for a large cold build
 
 Everything else is left to pytest-testmon. The pytest adapter only *adds* tests to
 testmon's selection; this module never decides to skip anything.
+
+It fails closed: when the map or the state file cannot be used (damaged: moved aside; or of
+another format version), the plan is a first run's, every test selected, and the files are
+rebuilt when the session ends. A damaged parse cache costs no test: the files it would have
+answered for are read again.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+from testharness.state_files import move_aside, timestamp
 
 from . import store
 from .config import SelectConfig
@@ -73,6 +81,8 @@ class RemoteSelector:
     def plan(self) -> Plan:
         """What this session must add to testmon's selection (see the module's docstring)."""
         old_map, state, messages = self._load()
+        if messages:  # a file it cannot use: it cannot be sure of anything, select as on a first run
+            old_map, state = None, store.State()
         files = scan_files(str(self.root), self.cfg)
         stats: dict[str, str] = {}
         contents: dict[str, bytes] = {}  # files read now (changed or new): parsed from these bytes
@@ -100,7 +110,21 @@ class RemoteSelector:
         if any_change:
             self._add_affected_tests(plan, changed_by_gen)
         plan.affected_files = _files_to_collect(plan)
+        cache_warning = map_data.parsed.take_warning()
+        if cache_warning:
+            messages.append(cache_warning)
         return plan
+
+    def set_aside(self) -> list[str]:
+        """Move the map, its parse cache and the state aside (planning failed on them): the
+        names they were moved to."""
+        stamp = timestamp()
+        moved: list[str] = []
+        with store.locked(self.files):
+            for path in (self.files.map_file, store.parse_cache_file(self.files.map_file), self.files.state_file):
+                if os.path.lexists(path):
+                    moved.append(move_aside(path, stamp).name)
+        return moved
 
     def _load(self) -> tuple[store.MapData | None, store.State, list[str]]:
         """The map and the state as saved, and the warnings about either (shown once)."""
@@ -208,11 +232,14 @@ class RemoteSelector:
         outcomes: dict[str, str],
         collected: dict[str, list[str]],
         reaches: dict[str, list[str] | None] | None = None,
-    ) -> None:
+    ) -> list[str]:
         """Record the session (recording.record_session): tests that ran and passed (or were
         skipped) get today's digests and the reach this run recorded for them (`reaches`;
-        None or absent: unknown)."""
+        None or absent: unknown). Returns the warning lines of this step (a parse cache
+        found damaged only now)."""
         record_session(self.files, plan, outcomes, collected, reaches or {})
+        warning = plan.map_data.parsed.take_warning()
+        return [warning] if warning else []
 
 
 def split_reach(reach: tuple[ReachEntry, ...]) -> tuple[tuple[str, ...], tuple[str, ...], list[RanFunction]]:

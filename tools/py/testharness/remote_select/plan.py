@@ -78,6 +78,8 @@ def describe(plan: Plan) -> str:
     """The one header line shown under --testmon."""
     n = len(plan.affected_tests)
     if not plan.records:
+        if plan.messages:  # the warnings above say which file and why
+            return "remote-select: every test is selected: its files could not be used (rebuilt when this run ends)"
         return "remote-select: no passing record yet; every test is selected (seeding)"
     if not n:
         extra = len(plan.affected_files)

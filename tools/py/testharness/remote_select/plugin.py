@@ -4,7 +4,9 @@ Inert unless `--testmon` was parsed and testmon registered its `TestmonSelect` p
 All decisions live in `engine.py`; this module only translates hooks:
 
 * trylast `pytest_configure` (after testmon decided): build the plan, and remove the test
-  files that must be collected from `TestmonSelect.deselected_files`.
+  files that must be collected from `TestmonSelect.deselected_files`. When planning fails
+  (a bug, or state it cannot use), it fails closed: testmon's lists are emptied, so every
+  test runs (never testmon alone), and the files it planned from are moved aside.
 * `pytest_collection_modifyitems` (tryfirst, so before testmon's trylast one): remove the
   node ids that must run from `TestmonSelect.deselected_tests`. We only ever remove from
   testmon's lists (a union), and `-k`/`-m` still filter afterwards as documented.
@@ -53,6 +55,7 @@ class RemoteSelectSession:
         self.selector = selector
         self.lines = lines
         self.plan: Plan | None = None
+        self.everything = False  # planning failed: testmon deselects nothing either
         self._phase: dict[str, str] = {}
         self.outcomes: dict[str, str] = {}
         self.reaches: dict[str, list[str] | None] = {}
@@ -64,13 +67,18 @@ class RemoteSelectSession:
     def start(self) -> None:
         if self.selector is None:
             return
+        from testharness.state_files import one_line
+
         from .plan import describe
 
         try:
             self.plan = self.selector.plan()
-        except Exception as exc:  # noqa: BLE001  a bug here must never hide tests: testmon alone decides
-            self.lines.append(f"{PREFIX}: warning: disabled for this run ({exc.__class__.__name__}: {exc})")
+        except Exception as exc:  # noqa: BLE001  whatever failed, it must never hide a test
+            why = f"planning failed ({one_line(exc)}){self._set_aside()}"
+            self.lines.append(f"{PREFIX}: warning: every test is selected: {why}")
             self.selector = None
+            self.everything = True
+            self.testmon.deselected_files[:] = []
             return
         self.recorder.install()
         self.lines += [f"{PREFIX}: warning: {m}" for m in self.plan.messages]
@@ -79,11 +87,27 @@ class RemoteSelectSession:
         keep = [f for f in files if f.replace(os.sep, "/") not in self.plan.affected_files]
         files[:] = keep
 
+    def _set_aside(self) -> str:
+        """Move the files planning failed on aside (the writer only): the line's tail."""
+        from testharness.state_files import one_line  # deferred: sqlite3 and all, for --testmon runs only
+
+        assert self.selector is not None
+        if not self.writer:
+            return ""
+        try:
+            moved = self.selector.set_aside()
+        except OSError as exc:
+            return f"; its files could not be moved aside ({one_line(exc)})"
+        return f"; moved {', '.join(moved)} aside, rebuilt by the next run" if moved else ""
+
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         return self.lines
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        if self.everything:
+            self.testmon.deselected_tests[:] = []
+            return
         plan = self.plan
         if plan is None:
             return
@@ -145,12 +169,16 @@ class RemoteSelectSession:
         self.recorder.uninstall()
         if self.plan is None or self.selector is None or not self.writer:
             return
+        from testharness.state_files import one_line
+
         try:
-            self.selector.finish(self.plan, self.outcomes, self.collected, self.reaches)
+            lines = self.selector.finish(self.plan, self.outcomes, self.collected, self.reaches)
         except Exception as exc:  # noqa: BLE001  the tests have run: never an INTERNALERROR for this
-            tr = self.config.pluginmanager.get_plugin("terminalreporter")
-            if tr is not None:
-                tr.write_line(f"{PREFIX}: warning: could not save its state ({exc.__class__.__name__}: {exc})")
+            lines = [f"could not save its state ({one_line(exc)})"]
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        if tr is not None:
+            for line in lines:
+                tr.write_line(f"{PREFIX}: warning: {line}")
 
 
 _SESSION = pytest.StashKey["RemoteSelectSession | None"]()

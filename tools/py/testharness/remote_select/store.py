@@ -10,9 +10,10 @@ The state file : per test node id, the content digests seen when it last passed
                           passed in the same session store one copy.
 
 Both use repo-relative POSIX paths only, so a moved checkout or a container mount keeps
-them valid. A file that is missing, corrupted or from another format version is ignored
+them valid. A file that is missing, damaged or from another format version is ignored
 with one warning line (the caller then re-seeds, and the next save overwrites it); it never
-raises. Something else at the path (a directory) is moved aside to `<name>.corrupt-<stamp>`.
+raises. A damaged one (not JSON, nested too deep, malformed, a directory) is moved aside to
+`<name>.corrupt-<stamp>` (state_files.JsonFormat).
 
 Sessions that run at the same time each merge their results into what is on disk when
 they finish (`merge_state`, `merge_map_tests`: pure), under an exclusive lock
@@ -29,7 +30,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from testharness.atomic_io import write_json_atomic
 from testharness.settings import Settings
-from testharness.state_files import exclusive, load_json_state
+from testharness.state_files import JsonFormat, exclusive
 
 from .records import (
     ParsedFile,
@@ -99,10 +100,7 @@ def _reach_id(entries: list[str]) -> str:
     return hashlib.blake2b("\n".join(entries).encode(), digest_size=8).hexdigest()
 
 
-def load_state(path: Path) -> tuple[State, str | None]:
-    data, warning = load_json_state(path, STATE_FORMAT, VERSION)
-    if data is None:
-        return State(), warning
+def _state_from_json(data: dict[str, Any]) -> State:
     gens, tests = data.get("generations"), data.get("tests")
     lists, reach_ids = data.get("reach_lists", {}), data.get("reach", {})
     imports = data.get("imports", {})
@@ -115,18 +113,23 @@ def load_state(path: Path) -> tuple[State, str | None]:
         or not _is_str_map(reach_ids)
         or not isinstance(lists, dict)
     ):
-        return State(), f"{path.name} has an unexpected structure; rebuilding it"
+        raise RecordError("'generations', 'imports', 'tests', 'reach' and 'reach_lists' must be maps of strings")
     assert isinstance(tests, dict) and isinstance(reach_ids, dict)
-    try:
-        parsed_lists = {rid: parse_stored_reach(entries) for rid, entries in lists.items()}
-    except RecordError as exc:
-        return State(), f"{path.name} has an unexpected structure ({exc}); rebuilding it"
+    parsed_lists = {rid: parse_stored_reach(entries) for rid, entries in lists.items()}
     # A record pointing at a missing generation is unusable: treat the test as never passed.
     tests = {nid: gid for nid, gid in tests.items() if gid in gens}
     # An unknown reach id only costs precision: that test falls back to its static closure.
     reaches = {nid: parsed_lists[rid] for nid, rid in reach_ids.items() if nid in tests and rid in parsed_lists}
     imports = {gid: imp for gid, imp in imports.items() if gid in gens}
-    return State(gens, tests, reaches, imports), None
+    return State(gens, tests, reaches, imports)
+
+
+STATE = JsonFormat(STATE_FORMAT, VERSION, _state_from_json)
+
+
+def load_state(path: Path) -> tuple[State, str | None]:
+    state, warning = STATE.load(path)
+    return (State() if state is None else state), warning
 
 
 def save_state(path: Path, state: State) -> None:
@@ -167,12 +170,15 @@ class ParseCache:
 
     def _load(self) -> dict[str, Any]:
         if self._raw is None:
-            self._raw = {}
             assert self.path is not None
-            data, self.warning = load_json_state(self.path, PARSE_CACHE_FORMAT, MAP_VERSION)
-            if data is not None and isinstance(data.get("entries"), dict):
-                self._raw = data["entries"]
+            entries, self.warning = PARSE_CACHE.load(self.path)
+            self._raw = entries or {}
         return self._raw
+
+    def take_warning(self) -> str | None:
+        """The one line about a damaged cache file, once (None: none, or already taken)."""
+        warning, self.warning = self.warning, None
+        return warning
 
     def get(self, digest: str) -> ParsedFile | None:
         hit = self._parsed.get(digest)
@@ -202,6 +208,16 @@ class ParseCache:
             elif digest in raw:
                 entries[digest] = raw[digest]
         return {"format": PARSE_CACHE_FORMAT, "version": MAP_VERSION, "entries": entries}
+
+
+def _cache_entries(data: dict[str, Any]) -> dict[str, Any]:
+    entries = data.get("entries")
+    if not isinstance(entries, dict):
+        raise RecordError("'entries' must be an object")
+    return entries  # each one is checked when asked for (a malformed one is a miss)
+
+
+PARSE_CACHE = JsonFormat(PARSE_CACHE_FORMAT, MAP_VERSION, _cache_entries)
 
 
 def parse_cache_file(map_file: Path) -> Path:
@@ -247,17 +263,15 @@ class MapData:
 
 
 def load_map(path: Path) -> tuple[MapData | None, str | None]:
-    data, warning = load_json_state(path, MAP_FORMAT, MAP_VERSION)
-    if data is None:
-        return None, warning
-    try:
-        return _map_data(data, parse_cache_file(path)), None
-    except RecordError as exc:
-        return None, f"{path.name} has an unexpected structure ({exc}); rebuilding it"
+    map_data, warning = MAP.load(path)
+    if map_data is not None:
+        map_data.parsed = ParseCache(parse_cache_file(path))
+    return map_data, warning
 
 
-def _map_data(data: dict[str, Any], cache_file: Path) -> MapData:
-    """The map file's JSON as a MapData; RecordError (one line) when something is malformed."""
+def _map_data(data: dict[str, Any]) -> MapData:
+    """The map file's JSON as a MapData (its parse cache not attached); RecordError (one
+    line) when something is malformed."""
     missing = [key for key in ("config", "files", "deps", "tests") if key not in data]
     if missing:
         raise RecordError(f"no {missing[0]!r}")
@@ -274,7 +288,10 @@ def _map_data(data: dict[str, Any], cache_file: Path) -> MapData:
         if not isinstance(entry, dict) or not _is_str_list(entry.get("nodeids")):
             raise RecordError(f"the entry of test file {tfile!r} must be {{'nodeids': [...]}}")
         nodeids[tfile] = tuple(entry["nodeids"])
-    return MapData(config, files, ParseCache(cache_file), deps, nodeids, stats)
+    return MapData(config, files, None, deps, nodeids, stats)
+
+
+MAP = JsonFormat(MAP_FORMAT, MAP_VERSION, _map_data)
 
 
 def save_map(path: Path, data: MapData) -> None:
