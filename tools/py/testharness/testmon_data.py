@@ -55,7 +55,11 @@ def _testmon_opens_its_file(config: pytest.Config) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     if is_xdist_worker(config) or not _testmon_opens_its_file(config):
         return
-    from .state_files import TESTMON_SCHEMA, exclusive, recover_sqlite  # deferred: sqlite3 and all, for --testmon runs only
+    from .state_files import (  # deferred: sqlite3 and all, for --testmon runs only
+        TESTMON_SCHEMA,
+        exclusive,
+        recover_sqlite,
+    )
 
     path = datafile(config)
     if ENV in os.environ and path.is_dir():
