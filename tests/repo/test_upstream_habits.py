@@ -18,8 +18,6 @@
   its code is not ours to commit), passes against tests/check_metrics.py;
 - upstream's tests of json_dump_tb_logs.py's --require-tag-prefix, given by path
   (NRL_UPSTREAM_JSON_DUMP_TB_LOGS_TEST), pass against tests/json_dump_tb_logs.py;
-- `testharness port-check` names the five upstream test files whose paths are this project's
-  own tests before they are copied over them;
 - `./tests/check_metrics.py` and `./tests/json_dump_tb_logs.py` are executable (uv shebang),
   from the root and from another directory, and `uv run tests/check_metrics.py` still works.
 """
@@ -418,36 +416,6 @@ def test_upstreams_json_dump_tag_prefix_tests_pass_unchanged(tmp_path: Path) -> 
     assert proc.returncode != pytest.ExitCode.NO_TESTS_COLLECTED, f"no test of --require-tag-prefix in {source}"
     assert proc.returncode == 0, out
     assert " passed" in proc.stdout and " failed" not in proc.stdout, out
-
-
-# Upstream's test files at the paths of this project's own (docs/from-upstream.md, "Port a test")
-SAME_PATH = [
-    "algorithms/test_grpo.py",
-    "algorithms/test_loss_functions.py",
-    "algorithms/test_sft.py",
-    "environments/test_math_environment.py",
-    "models/policy/test_dtensor_worker.py",
-]
-
-
-def test_port_check_names_the_upstream_files_that_would_replace_ours(tmp_path: Path) -> None:
-    upstream = tmp_path / "RL" / "tests" / "unit"
-    for rel in [*SAME_PATH, "algorithms/test_sft_v2.py"]:
-        (upstream / rel).parent.mkdir(parents=True, exist_ok=True)
-        (upstream / rel).write_text("def test_upstream():\n    pass\n")
-    files = [str(upstream / rel) for rel in [*SAME_PATH, "algorithms/test_sft_v2.py"]]
-    proc = _run(REPO, sys.executable, "-m", "testharness", "port-check", *files)  # reads only
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    lines = proc.stdout.splitlines()
-    for rel, line in zip(SAME_PATH, lines, strict=False):
-        side = rel.replace(".py", "_upstream.py")
-        assert line.startswith(f"port-check: COLLIDES: tests/unit/{rel} is this project's test file (")
-        assert line.endswith(f"copy the upstream file as tests/unit/{side}")
-    assert (
-        lines[len(SAME_PATH)]
-        == "port-check: new: tests/unit/algorithms/test_sft_v2.py no file of this project there: copy it"
-    )
-    assert proc.stderr == "port-check: 5 collisions (see above)\n"
 
 
 def test_a_collection_error_is_named_so(project: Path) -> None:

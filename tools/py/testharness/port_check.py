@@ -104,8 +104,9 @@ COVERED: tuple[Covered, ...] = (
     ),
 )
 REFERENCES = (
-    "a file the copy brought (not `.py`) that names a test file --fix renames, as "
-    "`tests/unit/<path>` or `unit/<path>` (an L0 script's `--deselect`, `--ignore`)",
+    "a file the copy brought (not `.py`) that names one of the test files `--fix` renames, from a "
+    "folder of its test root's path on (`tests/unit/<path>`, `unit/<path>`: a script's `--deselect`, `--ignore`)",
+    "it names one: written for upstream's file, which --fix turns into the copy",
     "points each such name at the `_upstream.py` copy",
 )
 
@@ -117,7 +118,7 @@ def covered(role: Role) -> Covered:
 def covered_table() -> list[str]:
     """COVERED (and the references) as the rows of a Markdown table: file, replaced when, --fix."""
     rows = [f"| {c.names} | {c.replaced_when} | {c.fix} |" for c in COVERED]
-    return [*rows, f"| {REFERENCES[0]} | always | {REFERENCES[1]} |"]
+    return [*rows, "| " + " | ".join(REFERENCES) + " |"]
 
 
 # ---------------------------------------------------------------- pure
