@@ -39,6 +39,9 @@ os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 # importing Ray on a 16-core GPU machine, for each cluster a test or an example starts); the
 # tests start actors, each in a worker process of its own, so the prestarted ones are waste.
 os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
+# No usage statistics from a test session's Ray clusters, as in upstream NeMo RL's (there importing
+# its library sets it; this library sets nothing on import): upstream's test_meta.py checks it.
+os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 ASSETS = UNIT_DIR / "test_assets"
 TEST_ASSETS_DIR = str(ASSETS)  # upstream's name for it: a str, as its os.path.join gives
 
