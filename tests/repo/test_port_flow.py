@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from testharness.port_check import covered_table
+from testharness.port_rules import covered_table
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "from-upstream.md"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from testharness.__main__ import main
-from testharness.port_check import (
+from testharness.port_rules import (
     COVERED,
     covered_table,
     defined_tests,
