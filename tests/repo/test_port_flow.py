@@ -384,13 +384,15 @@ def test_upstreams_l0_other_script_runs_to_its_own_verdict_after_the_copy_first_
     ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # Ray's socket paths must stay short
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT", "RAY_ADDRESS")}
     env = {**env, "RAY_TMPDIR": ray_tmp}
-    run = dict(env=env, capture_output=True, text=True, timeout=1500)
 
-    fixed = subprocess.run(["uv", "run", "testharness", "port-check", "--fix"], cwd=root, **run)  # type: ignore[call-overload]
+    def sh(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(list(args), cwd=root, env=env, capture_output=True, text=True, timeout=1500)
+
+    fixed = sh("uv", "run", "testharness", "port-check", "--fix")
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     assert fixed.stdout.splitlines()[-1] == "port-check: no file of this project is in the way or replaced"
 
-    other = subprocess.run(["bash", "tests/unit/L0_Unit_Tests_Other.sh"], cwd=root, **run)  # type: ignore[call-overload]
+    other = sh("bash", "tests/unit/L0_Unit_Tests_Other.sh")
     out = other.stdout + other.stderr
     assert "is not defined" not in out and "could not be imported" not in out, out[-5000:]
     assert "run_unit: -m pytest" in out  # it reached pytest, through run_unit.sh ...
@@ -402,8 +404,7 @@ def test_upstreams_l0_other_script_runs_to_its_own_verdict_after_the_copy_first_
     failed = {nodeid for nodeid, t in record["tests"].items() if t["outcome"] == "failed"}
     print(f"L0_Unit_Tests_Other.sh: exit {other.returncode}; {verdict}; {len(errors)} errors, {len(failed)} failed")
 
-    ours = subprocess.run(
-        ["uv", "run", "--group", "test", "bash", "tests/run_unit.sh", "tests/unit/test_config.py"], cwd=root, **run
-    )  # type: ignore[call-overload]
+    ours = sh("uv", "run", "--group", "test", "bash", "tests/run_unit.sh", "tests/unit/test_config.py")
+
     assert ours.returncode == 0, ours.stdout[-3000:] + ours.stderr
     assert ours.stdout.rstrip().endswith("run_unit: all selected tests passed")
