@@ -405,6 +405,5 @@ def test_upstreams_l0_other_script_runs_to_its_own_verdict_after_the_copy_first_
     print(f"L0_Unit_Tests_Other.sh: exit {other.returncode}; {verdict}; {len(errors)} errors, {len(failed)} failed")
 
     ours = sh("uv", "run", "--group", "test", "bash", "tests/run_unit.sh", "tests/unit/test_config.py")
-
     assert ours.returncode == 0, ours.stdout[-3000:] + ours.stderr
     assert ours.stdout.rstrip().endswith("run_unit: all selected tests passed")
