@@ -15,7 +15,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from _cli import run_example
+if TYPE_CHECKING or __package__:  # imported as a module (from examples import run_eval); mypy reads this branch
+    from ._cli import run_example
+else:  # run as a script (uv run examples/run_eval.py): _cli.py sits beside it
+    from _cli import run_example
 
 from nemo_rl.algorithms.config_checks import validate_eval
 

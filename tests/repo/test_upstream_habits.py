@@ -17,9 +17,8 @@
 - upstream's tests/unit/test_check_metrics.py, given by path (NRL_UPSTREAM_CHECK_METRICS_TEST:
   its code is not ours to commit), passes against tests/check_metrics.py;
 - upstream's tests of json_dump_tb_logs.py's --require-tag-prefix, given by path
-  (NRL_UPSTREAM_JSON_DUMP_TB_LOGS_TEST), pass against tests/json_dump_tb_logs.py;
-- `testharness port-check` names the five upstream test files whose paths are this project's
-  own tests before they are copied over them;
+  (NRL_UPSTREAM_JSON_DUMP_TB_LOGS_TEST: its tests/unit/utils/test_logger.py), pass against
+  tests/json_dump_tb_logs.py;
 - `./tests/check_metrics.py` and `./tests/json_dump_tb_logs.py` are executable (uv shebang),
   from the root and from another directory, and `uv run tests/check_metrics.py` still works.
 """
@@ -126,9 +125,9 @@ def test_vllm_only_without_vllm_is_one_line_and_exit_2(project: Path) -> None:
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr.splitlines() == [
-        "run_unit: --vllm-only needs vllm, which cannot be imported (No module named 'vllm'); this project has no "
-        "vllm extra: add one to [project.optional-dependencies] and run with uv run --extra vllm, or drop "
-        "--vllm-only (tests marked vllm are deselected by default)"
+        "run_unit: --vllm-only needs vllm, which cannot be imported (No module named 'vllm'); this project's vllm "
+        "extra is empty (declared so that upstream's `uv run --extra vllm` lines run): nemo_rl has no vLLM backend, "
+        "so no test marked vllm can run here; drop --vllm-only (those tests are deselected by default)"
     ]
     assert not (project / "tests" / "unit" / "unit_results.json").exists()  # nothing started
 
@@ -391,63 +390,67 @@ def test_upstreams_check_metrics_tests_pass_unchanged(tmp_path: Path) -> None:
     }
 
 
-# upstream's own tests of json_dump_tb_logs.py's --require-tag-prefix (a test file of its
-# tests/unit/ that runs or imports ../json_dump_tb_logs.py), given by path
+# upstream's own tests of json_dump_tb_logs.py's --require-tag-prefix, given by path: at 7ea279a a
+# method of tests/unit/utils/test_logger.py, whose other tests import upstream's logger classes
 UPSTREAM_TB_DUMP_TEST = os.environ.get("NRL_UPSTREAM_JSON_DUMP_TB_LOGS_TEST")
+
+
+def tag_prefix_tests(source: str) -> str:
+    """The tests of `source` (a test file) with `tag_prefix` in their name, each as written (a
+    method inside its class, decorators included), under the file's imports of anything but
+    nemo_rl: a module that runs them without upstream's library."""
+    import ast
+
+    tree, lines = ast.parse(source), source.splitlines()
+
+    def text(node: ast.stmt) -> str:
+        first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+        return "\n".join(lines[first - 1 : node.end_lineno])
+
+    def library(node: ast.Import | ast.ImportFrom) -> bool:
+        names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+        return any(n.split(".")[0] == "nemo_rl" for n in names)
+
+    parts = [text(n) for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom) and not library(n)]
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and "tag_prefix" in node.name:
+            parts.append(text(node))
+        elif isinstance(node, ast.ClassDef):
+            methods = [m for m in node.body if isinstance(m, ast.FunctionDef) and "tag_prefix" in m.name]
+            if methods:
+                parts.append(f"class {node.name}:\n" + "\n\n".join(text(m) for m in methods))
+    return "\n\n\n".join(parts) + "\n"
 
 
 @pytest.mark.skipif(
     not UPSTREAM_TB_DUMP_TEST,
-    reason="set NRL_UPSTREAM_JSON_DUMP_TB_LOGS_TEST to a copy of upstream's test file of tests/json_dump_tb_logs.py",
+    reason="set NRL_UPSTREAM_JSON_DUMP_TB_LOGS_TEST to upstream's tests/unit/utils/test_logger.py (or another file "
+    "with its tests of --require-tag-prefix)",
 )
 def test_upstreams_json_dump_tag_prefix_tests_pass_unchanged(tmp_path: Path) -> None:
-    """Its tests of --require-tag-prefix (those with `prefix` or `tag` in their name) pass,
-    run from a root that holds tests/json_dump_tb_logs.py and tests/unit/<the file>, as
-    upstream's checkout does."""
+    """Its tests of --require-tag-prefix (`tag_prefix` in their name), cut out of the file unchanged,
+    pass, run from tests/unit/utils/ of a root that holds tests/json_dump_tb_logs.py, as
+    upstream's checkout does (they find the script at Path(__file__).parents[2])."""
     assert UPSTREAM_TB_DUMP_TEST
     source = Path(UPSTREAM_TB_DUMP_TEST)
-    (tmp_path / "tests" / "unit").mkdir(parents=True)
-    shutil.copy(source, tmp_path / "tests" / "unit" / source.name)
+    (tmp_path / "tests" / "unit" / "utils").mkdir(parents=True)
+    (tmp_path / "tests" / "unit" / "utils" / source.name).write_text(tag_prefix_tests(source.read_text()))
     (tmp_path / "tests" / "json_dump_tb_logs.py").symlink_to(REPO / "tests" / "json_dump_tb_logs.py")
     proc = _run(
         tmp_path,
-        sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", "-k", "prefix or tag",
-        f"tests/unit/{source.name}",
-    )  # fmt: skip
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "-rA",
+        f"tests/unit/utils/{source.name}",
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode != pytest.ExitCode.NO_TESTS_COLLECTED, f"no test of --require-tag-prefix in {source}"
     assert proc.returncode == 0, out
     assert " passed" in proc.stdout and " failed" not in proc.stdout, out
-
-
-# Upstream's test files at the paths of this project's own (docs/from-upstream.md, "Port a test")
-SAME_PATH = [
-    "algorithms/test_grpo.py",
-    "algorithms/test_loss_functions.py",
-    "algorithms/test_sft.py",
-    "environments/test_math_environment.py",
-    "models/policy/test_dtensor_worker.py",
-]
-
-
-def test_port_check_names_the_upstream_files_that_would_replace_ours(tmp_path: Path) -> None:
-    upstream = tmp_path / "RL" / "tests" / "unit"
-    for rel in [*SAME_PATH, "algorithms/test_sft_v2.py"]:
-        (upstream / rel).parent.mkdir(parents=True, exist_ok=True)
-        (upstream / rel).write_text("def test_upstream():\n    pass\n")
-    files = [str(upstream / rel) for rel in [*SAME_PATH, "algorithms/test_sft_v2.py"]]
-    proc = _run(REPO, sys.executable, "-m", "testharness", "port-check", *files)  # reads only
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    lines = proc.stdout.splitlines()
-    for rel, line in zip(SAME_PATH, lines, strict=False):
-        side = rel.replace(".py", "_upstream.py")
-        assert line.startswith(f"port-check: COLLIDES: tests/unit/{rel} is this project's test file (")
-        assert line.endswith(f"copy the upstream file as tests/unit/{side}")
-    assert (
-        lines[len(SAME_PATH)]
-        == "port-check: new: tests/unit/algorithms/test_sft_v2.py no file of this project there: copy it"
-    )
-    assert proc.stderr == "port-check: 5 collisions (see above)\n"
 
 
 def test_a_collection_error_is_named_so(project: Path) -> None:

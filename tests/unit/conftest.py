@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import functools
 import importlib.util
+import inspect
 import os
 import sys
 import threading
@@ -38,6 +39,9 @@ os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 # importing Ray on a 16-core GPU machine, for each cluster a test or an example starts); the
 # tests start actors, each in a worker process of its own, so the prestarted ones are waste.
 os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
+# No usage statistics from a test session's Ray clusters, as in upstream NeMo RL's (there importing
+# its library sets it; this library sets nothing on import): upstream's test_meta.py checks it.
+os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 ASSETS = UNIT_DIR / "test_assets"
 TEST_ASSETS_DIR = str(ASSETS)  # upstream's name for it: a str, as its os.path.join gives
 
@@ -242,8 +246,8 @@ def tiny_nemotron5_h_model_path(test_assets: Path) -> str:
 
 @pytest.fixture(scope="session")
 def init_ray_cluster(ray_cluster: object) -> object:
-    """Upstream's name for `ray_cluster` (the ClusterInfo). A test whose file imports Ray gets
-    it without naming it (`_ray_for_files_that_import_it`)."""
+    """Upstream's name for `ray_cluster` (the ClusterInfo). A test whose file imports Ray, or
+    that uses a fixture of a conftest.py that does, gets it without naming it (`needs_ray`)."""
     return ray_cluster
 
 
@@ -258,13 +262,45 @@ def ray_gpu_monitor(init_ray_cluster: object) -> Any:
 
 
 # Upstream's init_ray_cluster and ray_gpu_monitor are autouse: every run pays a Ray start (a
-# one-test run: 1.8 s -> 8.1 s on the 2-core box). Here a test file gets them unasked when it
-# imports Ray, directly or through nemo_rl; tests that never touch Ray start none.
-@pytest.fixture(scope="module", autouse=True)
-def _ray_for_files_that_import_it(request: pytest.FixtureRequest) -> None:
-    if isinstance(request.node, pytest.Module) and module_imports_ray(request.node.obj):
-        request.getfixturevalue("init_ray_cluster")  # by name: a file's own override wins, as upstream
-        request.getfixturevalue("ray_gpu_monitor")
+# one-test run: 1.8 s -> 8.1 s on the 2-core box). Here a test gets them unasked when its file
+# imports Ray, directly or through nemo_rl, or when a fixture it uses (at any depth) is defined
+# in a conftest.py or test file of the suite that does (upstream's data_plane/conftest.py: its
+# session fixtures build clients on the session's cluster); tests that never touch Ray start none.
+RAY_FIXTURES = ("init_ray_cluster", "ray_gpu_monitor")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Ray first for the tests that need it (`needs_ray`): its fixtures lead the test's fixtures,
+    so they are set up before any other (a session fixture of a sub-folder's conftest that uses
+    Ray included). By name: a file's own `init_ray_cluster` (upstream's no-op override) wins."""
+    decided: dict[Path, bool] = {}
+    for item in items:
+        names = getattr(item, "fixturenames", None)
+        if isinstance(names, list) and needs_ray(item, decided):
+            names[:] = [*RAY_FIXTURES, *(n for n in names if n not in RAY_FIXTURES)]
+
+
+def needs_ray(item: pytest.Item, decided: dict[Path, bool] | None = None) -> bool:
+    """Whether `item`'s file imports Ray (`module_imports_ray`), or a file of the suite (a
+    conftest.py, a test file) that defines one of the fixtures it uses does. `decided`: file ->
+    answer, for a session's items."""
+    decided = {} if decided is None else decided
+    module = getattr(item, "module", None)
+    found = [vars(module)] if module is not None else []
+    definitions = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})  # pytest's, no public API
+    found += [getattr(inspect.unwrap(d.func), "__globals__", {}) for defs in definitions.values() for d in defs]
+    for namespace in found:  # a function's globals: its module's (a conftest's name need not be unique)
+        name, file = namespace.get("__name__"), namespace.get("__file__")
+        if not isinstance(name, str) or not isinstance(file, str) or not file.endswith(".py"):
+            continue
+        path = Path(file).resolve()
+        if not path.is_relative_to(UNIT_DIR):
+            continue  # a plugin's fixture (the harness's, pytest's): not the suite's
+        if path not in decided:
+            decided[path] = imports_ray(name, path)
+        if decided[path]:
+            return True
+    return False
 
 
 LIBRARY = "nemo_rl"  # followed wherever it is installed; other installed packages are not

@@ -454,3 +454,29 @@ def test_check_config_checks_and_exits(in_repo: Path) -> None:
     proc, _ = run_example("run_grpo_math.py", "--check-config", "grpo.max_num_steps=3")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("config ok: ") and "Ray" not in proc.stdout + proc.stderr
+
+
+IMPORT_AS_MODULES = """
+import sys
+from examples import run_eval, run_grpo_math, run_sft
+from examples._cli import run_example
+assert run_eval.run_example is run_sft.run_example is run_grpo_math.run_example is run_example
+assert '_cli' not in sys.modules  # the package's own helper, not a top-level one
+print(run_eval.DEFAULT_CONFIG.name, run_sft.DEFAULT_CONFIG.name, run_grpo_math.DEFAULT_CONFIG.name)
+"""
+
+
+@pytest.mark.parametrize("script", ["run_sft.py", "run_grpo_math.py", "run_eval.py"])
+def test_examples_import_as_modules_and_still_run_as_scripts(in_repo: Path, script: str) -> None:
+    """`from examples import run_eval` (upstream's tests import its examples so) from the root,
+    and the same file as a script."""
+    import subprocess
+
+    if script == "run_sft.py":  # one import of all three is enough
+        proc = subprocess.run(
+            [sys.executable, "-c", IMPORT_AS_MODULES], cwd=EXAMPLES.parent, capture_output=True, text=True
+        )
+        assert (proc.returncode, proc.stdout) == (0, "eval.yaml sft.yaml grpo_math.yaml\n"), proc.stderr
+    proc, _ = run_example(script, "--check-config")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("config ok: ")

@@ -1,5 +1,6 @@
 """Which test files get upstream's Ray fixtures unasked: those that import Ray at module level,
-directly or through the modules they import (conftest's `_ray_for_files_that_import_it`).
+directly or through the modules they import, or that use a fixture defined in a file of the suite
+that does (conftest's `needs_ray`).
 
 Its own file, apart from test_upstream_fixtures.py: importing library modules by name here
 puts them in this file's static closure, and that file's distributed_test_runner tests start
@@ -80,3 +81,74 @@ def test_this_file_does_not_import_ray_so_it_gets_no_cluster_unasked() -> None:
     from tests.unit.conftest import module_imports_ray
 
     assert not module_imports_ray(sys.modules[__name__])
+
+
+# ------------------------------------------------ a fixture of a sub-folder's conftest.py that uses Ray
+
+# As upstream's data_plane/conftest.py: a session fixture that uses the session's cluster, in a
+# conftest that imports Ray (here directly; upstream's through its library), requested by a test
+# file that imports nothing of Ray.
+SUB_CONFTEST = """\
+import pytest
+import ray
+
+
+@pytest.fixture(scope="session")
+def _session_client():
+    assert ray.is_initialized()  # Ray's API calls would start a cluster of their own, some
+    return ray.cluster_resources()["CPU"] > 0  # raise "Ray has not been started yet" instead
+
+
+@pytest.fixture
+def client(_session_client):
+    return _session_client
+"""
+USES_THE_FIXTURE = """\
+import sys
+
+
+def test_the_fixture_found_the_cluster(client):
+    assert client is True
+
+
+def test_a_test_of_that_folder_without_it():
+    assert "ray" in sys.modules  # the conftest imported it; the cluster is the session's
+"""
+
+
+def test_a_fixture_of_a_sub_folders_conftest_that_uses_ray_gets_the_sessions_cluster(tmp_path: Path) -> None:
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+
+    unit = tmp_path / "tests" / "unit"
+    (unit / "data_plane").mkdir(parents=True)
+    for package in (tmp_path / "tests", unit, unit / "data_plane"):
+        (package / "__init__.py").touch()
+    shutil.copy(Path(__file__).with_name("conftest.py"), unit / "conftest.py")
+    (unit / "data_plane" / "conftest.py").write_text(SUB_CONFTEST)
+    (unit / "data_plane" / "test_client.py").write_text(USES_THE_FIXTURE)
+    ray_tmp = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))  # Ray's socket paths must stay short
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COVERAGE_")) and k != "RAY_ADDRESS"}
+    env.update(RAY_TMPDIR=str(ray_tmp), TESTHARNESS_NO_DISCOVERY="1")
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-q", "tests/unit"],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 passed" in proc.stdout
+
+
+def test_which_tests_need_ray_the_file_or_a_fixture_of_the_suite() -> None:
+    """`needs_ray` on this session's own items: this file imports no Ray, nor does a fixture it uses."""
+    from tests.unit.conftest import needs_ray
+
+    class Item:  # what needs_ray reads of a pytest Function
+        module = sys.modules[__name__]
+        _fixtureinfo = None
+
+    assert not needs_ray(Item())  # type: ignore[arg-type]

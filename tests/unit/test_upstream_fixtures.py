@@ -137,3 +137,18 @@ def test_test_assets_dir_is_upstreams_name_for_the_assets(test_assets: Path) -> 
     from tests.unit.conftest import TEST_ASSETS_DIR
 
     assert isinstance(TEST_ASSETS_DIR, str) and TEST_ASSETS_DIR == str(test_assets)
+
+
+def test_ray_usage_stats_are_off_in_a_test_session_also_alone() -> None:
+    """Upstream's test_meta.py asserts RAY_USAGE_STATS_ENABLED == "0" in its session (importing
+    upstream's library sets it). Here the conftest sets it when pytest loads it, before any test:
+    so also in a run of this test alone, and in a fresh process that only loads the conftest."""
+    import subprocess
+    import sys
+
+    assert os.environ["RAY_USAGE_STATS_ENABLED"] == "0"
+    probe = "import os, tests.unit.conftest; print(os.environ['RAY_USAGE_STATS_ENABLED'])"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_USAGE_STATS_ENABLED"}
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=root, env=env, capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout) == (0, "0\n"), proc.stderr

@@ -1,161 +1,70 @@
-"""`testharness port-check`: does a test file brought over from another checkout (upstream's)
+"""`testharness port-check`: does a file brought over from another checkout (upstream's)
 replace one of this project's?
 
 A ported file keeps its place under the test root (`tests/unit/<same path>`), and the two
-projects can have a test file at the same path: a plain `cp` then replaces this project's test
-without a word, and its tests silently stop running. Before copying, name the files to bring
-over; after copying, the scan finds what a copy replaced (git holds this project's version):
+projects can have a file at the same path: a plain `cp` then replaces this project's test, its
+conftest.py, a package's `__init__.py`, the asset script or a helper without a word, and the
+tests silently stop running (or every run fails on the conftest's import). Before copying,
+name the files to bring over; after copying, the scan finds what a copy replaced (git holds
+this project's version):
 
     testharness port-check UPSTREAM/tests/unit/x/test_a.py ...   where each goes; is one of ours there?
-    testharness port-check [--since REF]                          test files a copy replaced since REF (HEAD)
-    testharness port-check --fix ...                              keep each replacing copy as <name>_upstream.py
-                                                                  and restore this project's file from REF
+    testharness port-check [--since REF]                          files a copy replaced since REF (HEAD)
+    testharness port-check --fix ...                              restore this project's files from REF,
+                                                                  keeping each copy beside them (COVERED)
 
 A file given is placed by the test root's path inside its own (`.../tests/unit/x/test_a.py` goes
-to `tests/unit/x/test_a.py` here). The scan judges the test files that changed since REF: one is
-*replaced* when more than half of the tests it had at REF are gone and most of its lines differ
-(an edit keeps most of either). Exit 0: nothing of this project's in the way or replaced; 1: a
-collision or a replaced file (each listed with what to do); 2: a usage problem (a path with no
-test root in it, git unable to answer, an unknown REF).
+to `tests/unit/x/test_a.py` here). The scan judges every file of this project under the test
+roots that changed since REF (COVERED: what counts as replaced, and what --fix does, for each
+kind of file), and the files the copy brought that name a renamed test file (an upstream
+script's `--deselect tests/unit/x/test_a.py::test`: --fix points them at the copy). Exit 0:
+nothing of this project's in the way or replaced, nothing left pointing at the wrong file;
+1: a collision, a replaced file or such a reference (each listed with what to do); 2: a usage
+problem (a path with no test root in it, git unable to answer, an unknown REF).
 
-Pure functions first (test names, the replaced rule, where a file goes, the verdicts); git is
-reached through testharness.functional.tree.
+The rules are pure, in testharness.port_rules (test names, the replaced rule, where a file goes,
+the verdicts, the references); git is reached through testharness.functional.tree.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
-import difflib
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
+from testharness.atomic_io import write_text_atomic
 from testharness.functional import tree
+from testharness.port_rules import (
+    PROBLEMS,
+    SUFFIX,
+    Finding,
+    covered,
+    destination,
+    is_test_file,
+    refers_detail,
+    replaced,
+    replaced_detail,
+    rewrite_references,
+    role_of,
+    side_name,
+    verdict,
+)
 from testharness.project_root import find_project_root
 from testharness.settings import SettingsError, is_within, load_settings
 
-Kind = Literal["new", "identical", "collides", "replaced"]
-PROBLEMS: frozenset[Kind] = frozenset({"collides", "replaced"})
-SUFFIX = "_upstream"  # the name a ported file takes beside this project's file of the same name
-
-DESCRIPTION = "Whether test files brought over from another checkout (upstream's) replace this project's."
+DESCRIPTION = "Whether files brought over from another checkout (upstream's) replace this project's."
 EPILOG = (
-    "Exit status: 0 nothing of this project's is in the way or replaced; 1 a collision or a "
-    "replaced file (each listed with what to do); 2 a usage problem."
+    "Exit status: 0 nothing of this project's is in the way or replaced; 1 a collision, a "
+    "replaced file or a reference to a renamed one (each listed with what to do); 2 a usage problem."
 )
-
-
-# ---------------------------------------------------------------- pure
-
-
-def defined_tests(source: bytes) -> list[str]:
-    """The tests a file defines as pytest collects them by default: top-level `test*`
-    functions and `Test*` classes ([] for a file that does not parse)."""
-    try:
-        module = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return []
-    names = []
-    for node in module.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
-            names.append(node.name)
-        elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
-            names.append(node.name)
-    return names
-
-
-def similarity(old: bytes, new: bytes) -> float:
-    """The share of lines the two versions have in common, 0..1 (difflib's ratio)."""
-    a = old.decode(errors="replace").splitlines()
-    b = new.decode(errors="replace").splitlines()
-    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
-
-
-def replaced(old: bytes, new: bytes) -> bool:
-    """Whether `new` replaced the test file `old` rather than edited it: more than half of
-    old's tests are gone and fewer than half of the lines are common."""
-    before = defined_tests(old)
-    if not before:
-        return False  # not a test file: nothing to judge by
-    kept = set(before) & set(defined_tests(new))
-    return len(kept) * 2 < len(before) and similarity(old, new) < 0.5
-
-
-def destination(source: Path, root: Path, test_roots: Sequence[Path]) -> Path | None:
-    """Where a file of another checkout goes here: the part of its path after the last run of
-    a test root's path (`tests/unit`), under that test root; None when its path has none."""
-    parts = source.absolute().parts
-    for test_root in test_roots:
-        try:
-            wanted = test_root.relative_to(root).parts
-        except ValueError:
-            continue
-        for start in range(len(parts) - len(wanted) - 1, -1, -1):
-            if parts[start : start + len(wanted)] == wanted:
-                return test_root.joinpath(*parts[start + len(wanted) :])
-    return None
-
-
-def side_name(path: Path) -> Path:
-    """`x/test_a.py` -> `x/test_a_upstream.py`: the place for a ported file that collides."""
-    return path.with_name(f"{path.stem}{SUFFIX}{path.suffix}")
-
-
-@dataclass(frozen=True)
-class Finding:
-    kind: Kind
-    path: str  # relative to the project root
-    detail: str
-
-
-def verdict(rel: str, upstream: bytes, here: bytes | None, at_ref: bytes | None, ref: str, test_file: bool) -> Finding:
-    """What copying `upstream` to `rel` does, given the file there now (`here`) and at REF."""
-    if here is None and at_ref is None:
-        return Finding("new", rel, "no file of this project there: copy it")
-    if here == upstream and (at_ref is None or at_ref == upstream):
-        return Finding("identical", rel, "already here, the same content")
-    if here == upstream:
-        assert at_ref is not None
-        return Finding("replaced", rel, _replaced_detail(rel, at_ref, ref))
-    ours = here if here is not None else at_ref
-    assert ours is not None
-    tests = defined_tests(ours) if test_file else []
-    what = f"this project's test file ({_count(tests)})" if tests else "this project's file"
-    missing = " (deleted here, still in git)" if here is None else ""
-    if test_file:
-        advice = f"copy the upstream file as {side_name(Path(rel)).as_posix()}"
-    else:
-        advice = "keep this project's and bring what you need into it by hand"
-    return Finding("collides", rel, f"is {what}{missing}: copying would replace it; {advice}")
-
-
-def _count(tests: Sequence[str]) -> str:
-    return f"{len(tests)} test" + ("" if len(tests) == 1 else "s")
-
-
-def _replaced_detail(rel: str, ours: bytes, ref: str) -> str:
-    tests = defined_tests(ours)
-    shown = ", ".join(tests[:4]) + (", ..." if len(tests) > 4 else "")
-    had = f" and its {_count(tests)} ({shown})" if tests else ""
-    return (
-        f"holds a copy that replaced this project's file{had} as of {ref}: "
-        f"testharness port-check --fix {rel} keeps the copy as {side_name(Path(rel)).as_posix()} "
-        f"and restores this project's file from {ref}"
-    )
-
-
-def is_test_file(path: Path) -> bool:
-    return path.suffix == ".py" and (path.name.startswith("test_") or path.stem.endswith("_test"))
 
 
 # ---------------------------------------------------------------- git and the files (adapter)
 
 
 def check_files(
-    sources: Sequence[Path], root: Path, test_roots: Sequence[Path], ref: str | None
+    sources: Sequence[Path], root: Path, test_roots: Sequence[Path], ref: str | None, assets_script: str | None = None
 ) -> tuple[list[Finding], list[str]]:
     """Findings for files of another checkout; and the usage problems (one line each)."""
     findings, problems = [], []
@@ -171,27 +80,70 @@ def check_files(
         rel = dest.relative_to(root).as_posix()
         here = dest.read_bytes() if dest.is_file() else None
         at_ref = tree.content_at(root, ref, rel) if ref else None
-        findings.append(verdict(rel, source.read_bytes(), here, at_ref, ref or "git", is_test_file(dest)))
+        found = verdict(rel, source.read_bytes(), here, at_ref, ref or "git", is_test_file(dest), assets_script)
+        findings.append(found)
     return findings, problems
 
 
-def scan(root: Path, test_roots: Sequence[Path], ref: str) -> list[Finding]:
-    """The test files under the test roots that a copy replaced since `ref` (see `replaced`)."""
-    findings = []
+MAX_SCANNED_BYTES = 1 << 20  # a script or list that names test files is far smaller
+
+
+def scan(
+    root: Path, test_roots: Sequence[Path], ref: str, assets_script: str | None = None
+) -> tuple[list[Finding], dict[str, str]]:
+    """The files of this project under the test roots that a copy replaced since `ref` (see
+    `replaced`, COVERED), then the files the copy brought that name a renamed test file; and
+    the renames (this project's test file -> the copy's place) those names were judged by."""
+    findings: list[Finding] = []
+    brought: list[str] = []
     for rel in tree.changed_since(root, ref):
         path = root / rel
-        if not is_test_file(path) or not path.is_file() or not any(is_within(path, r) for r in test_roots):
-            continue
+        if not path.is_file() or not any(is_within(path, r) for r in test_roots):
+            continue  # a deletion is not a copy
         ours = tree.content_at(root, ref, rel)
-        if ours is not None and replaced(ours, path.read_bytes()):
-            findings.append(Finding("replaced", rel, _replaced_detail(rel, ours, ref)))
-    return findings
+        if ours is None:
+            brought.append(rel)
+            continue
+        role = role_of(rel, assets_script)
+        if replaced(ours, path.read_bytes(), role):
+            findings.append(Finding("replaced", rel, replaced_detail(rel, ours, ref, role), role))
+    renamed = {f.path: side_name(Path(f.path)).as_posix() for f in findings if f.role == "test file"}
+    for rel in brought:  # copies kept beside this project's test files by an earlier --fix
+        path = Path(rel)
+        if path.suffix == ".py" and path.stem.endswith(SUFFIX):
+            original = path.with_name(path.stem.removesuffix(SUFFIX) + path.suffix).as_posix()
+            if is_test_file(Path(original)) and tree.content_at(root, ref, original) is not None:
+                renamed.setdefault(original, rel)
+    roots = [r.relative_to(root).as_posix() for r in test_roots if is_within(r, root)]
+    for rel in brought:
+        text = _text_of(root / rel)
+        if text is not None and renamed:
+            _, counts = rewrite_references(text, renamed, roots)
+            if counts:
+                findings.append(Finding("refers", rel, refers_detail(counts), "helper"))
+    return findings, renamed
+
+
+def _text_of(path: Path) -> str | None:
+    """A file the copy brought, as text, where it may name test files: not Python, not binary."""
+    if path.suffix == ".py" or path.stat().st_size > MAX_SCANNED_BYTES:
+        return None
+    try:
+        return path.read_bytes().decode()
+    except UnicodeDecodeError:
+        return None
 
 
 def fix(root: Path, finding: Finding, ref: str) -> tuple[bool, str]:
-    """Keep the replacing copy beside this project's file and restore that file from `ref`:
-    (done, the line that says so)."""
+    """Restore this project's file from `ref`, keeping the replacing copy beside it where
+    COVERED says so: (done, the line that says so)."""
     path = root / finding.path
+    if not covered(finding.role).keeps_copy:
+        try:
+            tree.restore(root, ref, finding.path)
+        except tree.TreeError as exc:
+            return False, f"not fixed: {finding.path}: {exc}"
+        return True, f"fixed: {finding.path} restored from {ref}; the copy is not kept"
     side = side_name(path)
     copy = path.read_bytes()
     side_rel = side.relative_to(root).as_posix()
@@ -205,6 +157,24 @@ def fix(root: Path, finding: Finding, ref: str) -> tuple[bool, str]:
     return True, f"fixed: {finding.path} restored from {ref}; the copy is now {side_rel}"
 
 
+def fix_references(root: Path, finding: Finding, renamed: dict[str, str], test_roots: Sequence[Path]) -> str | None:
+    """Point the names of renamed test files in the file of `finding` at their copies: the line
+    that says so (None when it names none of `renamed`)."""
+    path = root / finding.path
+    roots = [r.relative_to(root).as_posix() for r in test_roots if is_within(r, root)]
+    text, counts = rewrite_references(path.read_bytes().decode(), renamed, roots)
+    if not counts:
+        return None
+    mode = path.stat().st_mode
+    write_text_atomic(path, text)
+    path.chmod(mode)  # a script stays executable
+    total = sum(counts.values())
+    return (
+        f"fixed: {finding.path}: {total} name{'s' * (total != 1)} of {len(counts)} renamed test "
+        f"file{'s' * (len(counts) != 1)} now point{'s' * (total == 1)} at the {SUFFIX}.py copies"
+    )
+
+
 # ---------------------------------------------------------------- command line
 
 
@@ -216,7 +186,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="files of another checkout to bring over (e.g. ../RL/tests/unit/algorithms/test_grpo.py): "
         "where each goes here, and whether one of this project's files is there; "
-        "without FILE: scan for test files a copy replaced since --since",
+        "without FILE: scan for files of this project (test files, conftest.py, __init__.py, the "
+        "asset script, helpers) a copy replaced since --since",
     )
     parser.add_argument(
         "--since",
@@ -228,8 +199,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--fix",
         action="store_true",
-        help="for each replaced file: keep the copy as NAME_upstream.py beside it and restore "
-        "this project's file (index and working tree) from --since",
+        help="restore each replaced file of this project (index and working tree) from --since, "
+        "keeping the copy beside it as NAME_upstream.py (an __init__.py's copy is not kept), and "
+        "point the names of renamed test files in the scripts the copy brought at those copies",
     )
 
 
@@ -240,17 +212,20 @@ def run(args: argparse.Namespace) -> int:
     except SettingsError as exc:
         print(f"port-check: error: {exc}", file=sys.stderr)
         return 2
+    assets = settings.assets_script
+    assets_script = assets.relative_to(root).as_posix() if assets is not None and is_within(assets, root) else None
     ref: str | None = args.since if tree.head(root) is not None else None
     findings: list[Finding] = []
+    renamed: dict[str, str] = {}
     try:
         if ref is not None:
             tree.resolve(root, ref)  # an unknown REF is a usage problem, not "nothing there"
         if args.files:
-            findings, problems = check_files(args.files, root, settings.test_roots, ref)
+            findings, problems = check_files(args.files, root, settings.test_roots, ref, assets_script)
         elif ref is None:
             problems = [f"{root} is not a git checkout with a commit: name the files to bring over"]
         else:
-            findings, problems = scan(root, settings.test_roots, ref), []
+            (findings, renamed), problems = scan(root, settings.test_roots, ref, assets_script), []
     except tree.TreeError as exc:
         problems = [str(exc)]
     for problem in problems:
@@ -269,14 +244,24 @@ def run(args: argparse.Namespace) -> int:
             print(f"port-check: {line}", file=sys.stdout if done else sys.stderr)
             if done:
                 left.remove(finding)
+        unfixed = {f.path for f in left if f.kind == "replaced"}  # their names keep meaning the copy there
+        renamed = {rel: side for rel, side in renamed.items() if rel not in unfixed}
+        for finding in [f for f in left if f.kind == "refers"]:
+            try:
+                pointed = fix_references(root, finding, renamed, settings.test_roots)
+            except (OSError, UnicodeDecodeError) as exc:
+                print(f"port-check: not fixed: {finding.path}: {exc}", file=sys.stderr)
+                continue
+            if pointed is not None:
+                print(f"port-check: {pointed}")
+            left.remove(finding)  # (None: it names only files whose copy stays there, which it means)
     if not left:
         print("port-check: no file of this project is in the way or replaced")
         return 0
-    collisions, gone = sum(f.kind == "collides" for f in left), sum(f.kind == "replaced" for f in left)
-    counts = ", ".join(
-        text
-        for n, text in ((collisions, f"{collisions} collision{'s' * (collisions != 1)}"), (gone, f"{gone} replaced"))
-        if n
-    )
-    print(f"port-check: {counts} (see above)", file=sys.stderr)
+    counts = [
+        f"{n} {text}{'s' * (n != 1 and text != 'replaced')}"
+        for kind, text in (("collides", "collision"), ("replaced", "replaced"), ("refers", "file naming renamed tests"))
+        if (n := sum(f.kind == kind for f in left))
+    ]
+    print(f"port-check: {', '.join(counts)} (see above)", file=sys.stderr)
     return 1

@@ -14,7 +14,8 @@ records in memory, for `session_record`).
 
 Metric keys are `<file stem>::<test>` and never change because another file was added: where
 test files share a name, the one git added first keeps the short keys, the others' keys carry
-their path, and collection warns, naming the files (metrics.path_keyed_files).
+their path, and collection warns, naming the files (metrics.path_keyed_files), when a test of
+such a file that the run collected uses the tracker (its metrics get the long keys).
 """
 
 from __future__ import annotations
@@ -149,6 +150,13 @@ def _gpu_types() -> list[str]:
         return []
 
 
+TRACKER = "tracker"  # the fixture that records metrics (testharness.tracker)
+
+
+def _fixtures(item: pytest.Item) -> tuple[str, ...]:
+    return tuple(getattr(item, "fixturenames", ()))
+
+
 def _warn_clash(stem: str, paths: list[str], st: Record, rootdir: Path) -> None:
     """One collection warning per shared file name, naming every file and its keys."""
     owner, message = clash_message(stem, paths, st.path_keyed or frozenset(), st.added)
@@ -178,8 +186,12 @@ class _Recorder:
         config = session.config
         collected = {item.nodeid.partition("::")[0] for item in session.items}
         clashes = self.st.learn_test_files(config.rootpath, collected, config.getini("python_files"))
+        # Said where it matters: where this run records metrics under a long key. A tree with
+        # many same-named files that track nothing (upstream NeMo RL's test_utils.py) warns of none.
+        tracking = {item.nodeid.partition("::")[0] for item in session.items if TRACKER in _fixtures(item)}
         for stem, paths in clashes.items():
-            _warn_clash(stem, paths, self.st, config.rootpath)
+            if tracking & (self.st.path_keyed or frozenset()) & set(paths):
+                _warn_clash(stem, paths, self.st, config.rootpath)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:

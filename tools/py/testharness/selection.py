@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import ast
 import fnmatch
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Generator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,6 +47,7 @@ BUILTIN_MARKERS = (
 )
 
 _GROUPS = pytest.StashKey[tuple[MarkerGroup, ...]]()
+_SKIPPED_HERE = pytest.StashKey[bool]()  # this plugin skipped the test (num_gpus, an hf model)
 
 
 def selected(markers: Collection[str], groups: Sequence[MarkerGroup], active: Collection[str]) -> bool:
@@ -138,7 +140,9 @@ def required_gpus(item: pytest.Item) -> int | None:
 
 
 def require_hf_model(repo_id: str) -> None:
-    """Skip the calling test (naming the model) unless `repo_id` can be loaded here."""
+    """Skip the calling test (naming the model) unless `repo_id` can be loaded here. The skip
+    is reported at the caller's line (a test body's call), not here."""
+    __tracebackhide__ = True
     reason = model_unavailable_reason(repo_id)
     if reason is not None:
         pytest.skip(reason)
@@ -226,6 +230,7 @@ class _RunFirst:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    item.stash[_SKIPPED_HERE] = True  # until the checks pass: a skip below is this plugin's
     need = required_gpus(item)
     if need:
         have = gpu.cluster_gpu_count()
@@ -237,3 +242,16 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             for repo_id in mark.args:
                 if isinstance(repo_id, str):
                     require_hf_model(repo_id)
+    item.stash[_SKIPPED_HERE] = False
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+    """A skip of this plugin's points at the test (its file and line, as a skip marker's does),
+    not at this module: `SKIPPED [1] tests/unit/test_x.py:12: needs 2 GPUs, 0 available`."""
+    report = yield
+    if call.when == "setup" and report.skipped and item.stash.get(_SKIPPED_HERE, False):
+        if isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:
+            path, line = item.reportinfo()[:2]
+            report.longrepr = (str(path), (line or 0) + 1, report.longrepr[2])
+    return report

@@ -1,5 +1,7 @@
 """testharness port-check: a file brought over from another checkout that would replace, or has
-replaced, one of the project's test files. Pure rules, then the command in scratch git checkouts."""
+replaced, one of the project's files (test files, conftest.py, `__init__.py`, the asset script,
+helpers), and the scripts it brought that name a renamed test file. Pure rules, then the command
+in scratch git checkouts."""
 
 from __future__ import annotations
 
@@ -9,7 +11,17 @@ from pathlib import Path
 import pytest
 
 from testharness.__main__ import main
-from testharness.port_check import defined_tests, destination, replaced, side_name, verdict
+from testharness.port_rules import (
+    COVERED,
+    covered_table,
+    defined_tests,
+    destination,
+    replaced,
+    rewrite_references,
+    role_of,
+    side_name,
+    verdict,
+)
 
 OURS = b"""import pytest
 
@@ -61,6 +73,61 @@ def test_a_copy_replaces_an_edit_does_not() -> None:
     assert not replaced(OURS, EDITED)  # one test renamed, one added: most tests and lines kept
     assert not replaced(OURS, OURS)
     assert not replaced(b"def helper():\n    pass\n", THEIRS)  # no tests to judge by
+
+
+def test_every_other_file_counts_as_replaced_when_most_of_its_lines_differ() -> None:
+    conftest = b"import pytest\n\n\n@pytest.fixture\ndef tiny():\n    return 1\n"
+    assert replaced(conftest, b"import ray\nimport torch\n\n\ndef other():\n    pass\n", "conftest")
+    assert not replaced(conftest, conftest + b"\n\n@pytest.fixture\ndef more():\n    return 2\n", "conftest")
+    assert not replaced(conftest, conftest, "helper")
+    # an empty __init__.py: any content replaces it (upstream's carry a licence and pytest_plugins)
+    assert replaced(b"", b"# Copyright\npytest_plugins = ['x']\n", "package")
+    assert not replaced(b"", b"", "package")
+
+
+@pytest.mark.parametrize(
+    "rel, role",
+    [
+        ("tests/unit/a/test_x.py", "test file"),
+        ("tests/unit/a/x_test.py", "test file"),
+        ("tests/unit/conftest.py", "conftest"),
+        ("tests/unit/a/__init__.py", "package"),
+        ("tests/unit/prepare.py", "asset script"),
+        ("tests/unit/helpers.py", "helper"),
+        ("tests/unit/run.sh", "helper"),
+    ],
+)
+def test_each_file_has_one_role(rel: str, role: str) -> None:
+    assert role_of(rel, "tests/unit/prepare.py") == role
+
+
+def test_the_covered_table_has_a_row_per_role_and_one_for_references() -> None:
+    rows = covered_table()
+    assert len(rows) == len(COVERED) + 1 and all(row.startswith("| ") and row.count(" | ") == 2 for row in rows)
+    assert {c.role for c in COVERED} == {"test file", "conftest", "package", "asset script", "helper"}
+
+
+def test_names_of_a_renamed_test_file_are_pointed_at_its_copy() -> None:
+    script = (
+        "EXCLUDED=(\n"
+        "    --deselect=tests/unit/algorithms/test_grpo.py::test_a\n"
+        "    --ignore=unit/algorithms/test_grpo.py\n"
+        '    "./tests/unit/algorithms/test_grpo.py::TestB::test_c[p1]"\n'
+        "    --deselect=tests/unit/test_grpo.py::test_d\n"  # another file of that name
+        "    --ignore=unit/algorithms/test_grpo.pyc other/tests/unit/algorithms/test_grpo.py\n"
+        "    --deselect=tests/unit/algorithms/test_grpo_v2.py::test_e\n"
+        ")\n"
+    )
+    renamed = {"tests/unit/algorithms/test_grpo.py": "tests/unit/algorithms/test_grpo_upstream.py"}
+    text, counts = rewrite_references(script, renamed, ["tests/unit"])
+    assert counts == {"tests/unit/algorithms/test_grpo.py": 3}
+    assert text.splitlines()[1:4] == [
+        "    --deselect=tests/unit/algorithms/test_grpo_upstream.py::test_a",
+        "    --ignore=unit/algorithms/test_grpo_upstream.py",
+        '    "./tests/unit/algorithms/test_grpo_upstream.py::TestB::test_c[p1]"',
+    ]
+    assert text.splitlines()[4:] == script.splitlines()[4:]  # the rest as it was
+    assert rewrite_references(script, {"lib/test_x.py": "lib/test_x_upstream.py"}, ["tests/unit"]) == (script, {})
 
 
 def test_destination_is_the_path_under_the_test_root(tmp_path: Path) -> None:
@@ -247,3 +314,152 @@ def test_without_git_the_scan_needs_the_files(
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
     assert main(["port-check"]) == 2
     assert "is not a git checkout with a commit: name the files to bring over" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- the copy-first flow: every file a copy replaces
+
+CONFTEST = b"""import pytest
+
+
+@pytest.fixture
+def tiny_model_path():
+    return "tests/unit/test_assets/tiny"
+"""
+UPSTREAM_CONFTEST = b"""import ray
+import torch
+
+from upstream_lib.cluster import init_ray
+
+
+def pytest_configure(config):
+    init_ray()
+"""
+PREPARE = b"def prepare():\n    return 'assets'\n\n\nif __name__ == '__main__':\n    prepare()\n"
+HELPER = b"def make_batch(n):\n    return list(range(n))\n"
+L0_EXCLUDED = """EXCLUDED_UNIT_TESTS=(
+    --deselect=tests/unit/algorithms/test_grpo.py::test_calculate_rewards_single_task
+    --deselect=tests/unit/algorithms/test_grpo.py::test_calculate_rewards_missing_environment
+    --ignore=unit/algorithms/test_sft_v2.py
+)
+"""
+
+
+@pytest.fixture
+def whole(project: Path) -> Path:
+    """The project with a conftest, package markers, an asset script and a helper committed too."""
+    unit = project / "tests" / "unit"
+    (project / "pyproject.toml").write_text(
+        '[tool.testharness]\ntest_roots = ["tests/unit"]\nassets_script = "tests/unit/prepare.py"\n'
+    )
+    (unit / "conftest.py").write_bytes(CONFTEST)
+    (unit / "__init__.py").touch()
+    (unit / "algorithms" / "__init__.py").touch()
+    (unit / "prepare.py").write_bytes(PREPARE)
+    (unit / "helpers.py").write_bytes(HELPER)
+    git(project, "add", ".")
+    git(project, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "the rest")
+    return project
+
+
+def _copy_upstream_tree(project: Path) -> None:
+    """cp -r RL/tests/unit/. tests/unit/: every file of ours that upstream has too, and new ones."""
+    unit = project / "tests" / "unit"
+    (unit / "conftest.py").write_bytes(UPSTREAM_CONFTEST)
+    (unit / "__init__.py").write_text("# Copyright\npytest_plugins = ['tests.unit._plugins.remote_select']\n")
+    (unit / "algorithms" / "__init__.py").write_text("# Copyright (c) upstream\n")
+    (unit / "algorithms" / "test_grpo.py").write_bytes(THEIRS)
+    (unit / "prepare.py").write_bytes(b"import requests\n\nrequests.get('https://hub/model')\n")
+    (unit / "helpers.py").write_bytes(b"from upstream_lib import batches\n")
+    (unit / "algorithms" / "test_sft_v2.py").write_text("def test_v2():\n    pass\n")
+    (unit / "excluded_unit_tests.sh").write_text(L0_EXCLUDED)
+
+
+def test_a_whole_tree_copied_over_ours_is_found_and_fixed_file_by_file(
+    whole: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    unit = whole / "tests" / "unit"
+    _copy_upstream_tree(whole)
+    assert main(["port-check"]) == 1
+    out, err = capsys.readouterr()
+    assert [line.split(" holds ")[0].split(" names ")[0] for line in out.splitlines()] == [
+        "port-check: REPLACED: tests/unit/__init__.py",
+        "port-check: REPLACED: tests/unit/algorithms/__init__.py",
+        "port-check: REPLACED: tests/unit/algorithms/test_grpo.py",
+        "port-check: REPLACED: tests/unit/conftest.py",
+        "port-check: REPLACED: tests/unit/helpers.py",
+        "port-check: REPLACED: tests/unit/prepare.py",
+        "port-check: REFERS: tests/unit/excluded_unit_tests.sh",
+    ]
+    lines = dict(line.split(" ", 3)[2:] for line in out.splitlines())
+    assert lines["tests/unit/conftest.py"] == (
+        "holds a copy that replaced this project's conftest.py (its fixtures and hooks) as of HEAD: "
+        "testharness port-check --fix tests/unit/conftest.py keeps the copy as tests/unit/conftest_upstream.py "
+        "and restores this project's file from HEAD"
+    )
+    assert lines["tests/unit/__init__.py"] == (
+        "holds a copy that replaced this project's __init__.py as of HEAD: testharness port-check --fix "
+        "tests/unit/__init__.py restores this project's file from HEAD (the copy is not kept)"
+    )
+    assert "replaced this project's asset script as of HEAD" in lines["tests/unit/prepare.py"]
+    assert lines["tests/unit/excluded_unit_tests.sh"] == (
+        "names tests/unit/algorithms/test_grpo.py of this project 2 times, meaning upstream's: "
+        "testharness port-check --fix points these names at the _upstream.py copies"
+    )
+    assert err == "port-check: 6 replaced, 1 file naming renamed tests (see above)\n"
+
+    assert main(["port-check", "--fix"]) == 0
+    out, _ = capsys.readouterr()
+    assert [line for line in out.splitlines() if "REPLACED" not in line and "REFERS" not in line] == [
+        "port-check: fixed: tests/unit/__init__.py restored from HEAD; the copy is not kept",
+        "port-check: fixed: tests/unit/algorithms/__init__.py restored from HEAD; the copy is not kept",
+        "port-check: fixed: tests/unit/algorithms/test_grpo.py restored from HEAD; the copy is now "
+        "tests/unit/algorithms/test_grpo_upstream.py",
+        "port-check: fixed: tests/unit/conftest.py restored from HEAD; the copy is now tests/unit/conftest_upstream.py",
+        "port-check: fixed: tests/unit/helpers.py restored from HEAD; the copy is now tests/unit/helpers_upstream.py",
+        "port-check: fixed: tests/unit/prepare.py restored from HEAD; the copy is now tests/unit/prepare_upstream.py",
+        "port-check: fixed: tests/unit/excluded_unit_tests.sh: 2 names of 1 renamed test file now point at the "
+        "_upstream.py copies",
+        "port-check: no file of this project is in the way or replaced",
+    ]
+    assert git(whole, "status", "--porcelain", "--untracked-files=no") == ""  # every file of ours as committed
+    assert (unit / "conftest_upstream.py").read_bytes() == UPSTREAM_CONFTEST
+    assert (unit / "excluded_unit_tests.sh").read_text() == L0_EXCLUDED.replace("test_grpo.py", "test_grpo_upstream.py")
+    assert main(["port-check"]) == 0
+
+
+def test_names_left_pointing_at_our_file_after_a_rename_are_found(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The copy already beside ours (an earlier --fix, or by hand), the script as upstream wrote it."""
+    unit = project / "tests" / "unit"
+    (unit / "algorithms" / "test_grpo_upstream.py").write_bytes(THEIRS)
+    script = unit / "L0_Unit_Tests_Algorithms.sh"
+    script.write_text("bash tests/run_unit.sh unit/algorithms/ --deselect unit/algorithms/test_grpo.py::test_x\n")
+    script.chmod(0o755)
+    assert main(["port-check"]) == 1
+    assert capsys.readouterr().out.startswith(
+        "port-check: REFERS: tests/unit/L0_Unit_Tests_Algorithms.sh names tests/unit/algorithms/test_grpo.py"
+    )
+    assert main(["port-check", "--fix"]) == 0
+    assert script.read_text() == (
+        "bash tests/run_unit.sh unit/algorithms/ --deselect unit/algorithms/test_grpo_upstream.py::test_x\n"
+    )
+    assert script.stat().st_mode & 0o777 == 0o755  # still executable
+
+
+def test_a_copy_that_cannot_be_kept_leaves_ours_and_the_names_alone(
+    whole: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    unit = whole / "tests" / "unit"
+    _copy_upstream_tree(whole)
+    (unit / "algorithms" / "test_grpo_upstream.py").write_text("def test_something_else():\n    pass\n")
+    assert main(["port-check", "--fix"]) == 1
+    out, err = capsys.readouterr()
+    assert not [line for line in out.splitlines() if "excluded_unit_tests.sh" in line and "REFERS" not in line]
+    assert err.splitlines() == [
+        "port-check: not fixed: tests/unit/algorithms/test_grpo.py: tests/unit/algorithms/test_grpo_upstream.py "
+        "exists already; move the copy yourself",
+        "port-check: 1 replaced (see above)",
+    ]
+    assert (unit / "algorithms" / "test_grpo.py").read_bytes() == THEIRS
+    assert (unit / "excluded_unit_tests.sh").read_text() == L0_EXCLUDED  # they still mean the file there

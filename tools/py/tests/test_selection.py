@@ -149,7 +149,8 @@ def test_num_gpus_skips_with_the_count(pytester: pytest.Pytester, monkeypatch: p
     )
     result = pytester.runpytest_inprocess(*HARNESS_PLUGINS, "-rs")
     result.assert_outcomes(passed=1, skipped=1)
-    result.stdout.fnmatch_lines(["*needs 2 GPUs, 1 available*"])
+    # at the test (its first line, the marker's, as a skip marker's report), not at the harness
+    result.stdout.fnmatch_lines(["SKIPPED [[]1[]] test_g.py:4: needs 2 GPUs, 1 available"])
 
 
 def test_hf_gated_model_skip_names_the_model(
@@ -164,7 +165,25 @@ def test_hf_gated_model_skip_names_the_model(
     pytester.makepyfile(test_h="import pytest\n@pytest.mark.hf_gated('org-x/gated-model')\ndef test_h(): pass\n")
     result = pytester.runpytest_inprocess(*HARNESS_PLUGINS, "--hf-gated", "-rs")
     result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["*gated model org-x/gated-model is not in the local*"])
+    result.stdout.fnmatch_lines(["SKIPPED [[]1[]] test_h.py:2: *gated model org-x/gated-model is not in the local*"])
+
+
+def test_a_test_that_asks_for_an_hf_model_itself_is_skipped_at_its_line(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: object
+) -> None:
+    import huggingface_hub.constants as hc
+
+    monkeypatch.setattr(hc, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    pytester.makepyprojecttoml(MARKERS)
+    pytester.makepyfile(
+        test_h="from testharness.selection import require_hf_model\n\n"
+        "def test_h():\n    x = 1\n    require_hf_model('org-x/gated-model')\n"
+    )
+    result = pytester.runpytest_inprocess(*HARNESS_PLUGINS, "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["SKIPPED [[]1[]] test_h.py:5: *gated model org-x/gated-model*"])
 
 
 def test_hf_model_available_from_cache_or_token(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:

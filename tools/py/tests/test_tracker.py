@@ -295,6 +295,31 @@ def test_without_git_the_first_by_path_keeps_the_short_keys(pytester: pytest.Pyt
     )  # fmt: skip
 
 
+def test_same_named_files_whose_tests_track_nothing_warn_of_nothing(pytester: pytest.Pytester) -> None:
+    """Upstream NeMo RL's tree has five test_utils.py (packages, so pytest imports each under its
+    own dotted name): without metrics under a long key there is nothing to say, on every run."""
+    pytester.makepyprojecttoml(TWO_ROOTS)
+    for path in ("tests/a/test_utils.py", "tests/b/test_utils.py", "tests/c/d/test_utils.py"):
+        _test_file(pytester, path, "unused")
+        (pytester.path / path).write_text("def test():\n    pass\n")
+    _test_file(pytester, "tests/a/test_x.py", "a")  # tracks, short key: nothing to say either
+    _test_file(pytester, "tests/b/test_x.py", "b")
+    (pytester.path / "tests/b/test_x.py").write_text("def test():\n    pass\n")
+    result, doc = _run(pytester)
+    result.assert_outcomes(passed=5, warnings=0)
+    assert _values_by_key(doc) == {"test_x::test": "a"}
+    assert doc["tests"]["tests/b/test_utils.py::test"]["key"] == "tests/b/test_utils::test"  # the rule, unsaid
+
+    # a test of a long-keyed file that tracks: said, in a run that collects it (not in one that does not)
+    (pytester.path / "tests/c/d/test_utils.py").write_text("def test(tracker):\n    tracker.track('v', 1)\n")
+    result, _ = _run(pytester, "tests/a", "tests/b")
+    result.assert_outcomes(passed=4, warnings=0)
+    result, doc = _run(pytester)
+    result.assert_outcomes(passed=5, warnings=1)
+    result.stdout.fnmatch_lines(["*share the name test_utils.py. tests/a/test_utils.py keeps*"])
+    assert _values_by_key(doc) == {"test_x::test": "a", "tests/c/d/test_utils::test": 1}
+
+
 def test_session_record_is_the_live_record_of_the_session(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(
         "import pytest\nfrom testharness.tracker import session_record\n"
