@@ -329,7 +329,7 @@ def test_a_test_file_ported_from_upstream_runs_as_upstream_would(ported: Path) -
     proc = _run(ported / "tests", "bash", "run_unit.sh", "unit/models/", f"--ignore={ignored}")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
-    assert f"run_unit: -m pytest --durations=15 unit/models/ --ignore={ignored}\n" in proc.stdout
+    assert f"run_unit: -m pytest --durations=15 --continue-on-collection-errors unit/models/ --ignore={ignored}\n" in proc.stdout
     assert "3 passed, 1 deselected" in proc.stdout  # the vllm-marked test: deselected, not an error
     assert proc.stdout.rstrip().endswith("run_unit: all selected tests passed")
     record = json.loads((ported / "tests" / "unit" / "unit_results.json").read_text())
@@ -457,7 +457,7 @@ def test_a_collection_error_is_named_so(project: Path) -> None:
     (project / "tests" / "unit" / "test_broken.py").write_text("import no_such_module_xyz\n")
     proc = _run(project, "bash", "tests/run_unit.sh")
     assert proc.returncode == 2
-    assert "Interrupted: 1 error during collection" in proc.stdout
+    assert " 1 error in " in proc.stdout and "Interrupted" not in proc.stdout  # the other files ran
     assert proc.stderr.splitlines()[-1] == (
         "run_unit: FAILED: 1 test file(s) could not be collected: tests/unit/test_broken.py: "
         "ModuleNotFoundError: No module named 'no_such_module_xyz' (see the ERROR lines above)"

@@ -126,7 +126,10 @@ def pytest_command(plan: Plan, settings: Settings, cwd: Path) -> list[str]:
     args = map_upstream_paths(plan.pytest_args, cwd, settings.test_roots, settings.root)
     if not has_path_arg(args, cwd):
         args += [os.path.relpath(r, cwd) for r in settings.test_roots]
-    return [sys.executable, "-m", "pytest", "--durations=15", *args]
+    # A test file that cannot be collected fails the run (2, named in the last line) without
+    # holding the other files back, serially as under -n (xdist runs them): a tree copied from
+    # upstream, with files that need code this library lacks, still runs this project's suite.
+    return [sys.executable, "-m", "pytest", "--durations=15", "--continue-on-collection-errors", *args]
 
 
 # --- Ray and GPUs ------------------------------------------------------------------------

@@ -346,7 +346,7 @@ def test_run_unit_names_a_collection_error(upstream_project: pytest.Pytester) ->
     (upstream_project.path / "tests" / "unit" / "test_broken.py").write_text("import no_such_module_xyz\n")
     result = _run_unit(upstream_project)
     assert result.ret == 2
-    result.stdout.fnmatch_lines(["*Interrupted: 1 error during collection*"])
+    result.stdout.fnmatch_lines(["*1 error in*"])  # not "Interrupted": the other files ran
     last = [line for line in result.errlines if line.strip()][-1]
     assert last == (
         "run_unit: FAILED: 1 test file(s) could not be collected: tests/unit/test_broken.py: "
