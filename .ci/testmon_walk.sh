@@ -30,11 +30,13 @@ FUNCTION="    def generate("
 EXPECTED="tests/unit/algorithms/test_eval.py::test_eval_scores_the_base_model_and_each_checkpoint
 tests/unit/algorithms/test_grpo.py::test_one_grpo_step_through_ray
 tests/unit/models/policy/test_dtensor_worker.py::test_generation_is_seeded"
-# Also run, and pass, whenever the file changes: they import every library module in a fresh
-# process (what importing does to the environment), so the remote-aware selection's static
-# closure of these process-starting tests holds every module of nemo_rl.
+# Also run, and pass, whenever the file changes: they start processes the selection cannot see
+# into (fresh interpreters that import every library module; an inner pytest of a copy of
+# tests/unit/conftest.py), so the remote-aware selection's static closure of these tests holds
+# every module of nemo_rl.
 CHANGED_FILE_ALSO="tests/unit/test_import_side_effects.py::test_importing_every_module_leaves_the_environment_unchanged[plain]
-tests/unit/test_import_side_effects.py::test_importing_every_module_leaves_the_environment_unchanged[under-coverage]"
+tests/unit/test_import_side_effects.py::test_importing_every_module_leaves_the_environment_unchanged[under-coverage]
+tests/unit/test_ray_autouse_rule.py::test_a_fixture_of_a_sub_folders_conftest_that_uses_ray_gets_the_sessions_cluster"
 
 # Tracked and untracked (not ignored) files; the test assets are git-ignored: linked.
 if git -C "$ROOT" rev-parse --git-dir >/dev/null 2>&1; then
