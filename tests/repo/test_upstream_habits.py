@@ -329,7 +329,10 @@ def test_a_test_file_ported_from_upstream_runs_as_upstream_would(ported: Path) -
     proc = _run(ported / "tests", "bash", "run_unit.sh", "unit/models/", f"--ignore={ignored}")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
-    assert f"run_unit: -m pytest --durations=15 --continue-on-collection-errors unit/models/ --ignore={ignored}\n" in proc.stdout
+    assert (
+        f"run_unit: -m pytest --durations=15 --continue-on-collection-errors unit/models/ --ignore={ignored}\n"
+        in proc.stdout
+    )
     assert "3 passed, 1 deselected" in proc.stdout  # the vllm-marked test: deselected, not an error
     assert proc.stdout.rstrip().endswith("run_unit: all selected tests passed")
     record = json.loads((ported / "tests" / "unit" / "unit_results.json").read_text())
