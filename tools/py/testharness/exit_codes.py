@@ -158,7 +158,8 @@ def _tests_line(code: int, summary: Mapping[str, object] | None, stopped_by: str
         return INTERRUPTED, f"run_unit: interrupted by {name}{where}"
     broken = _named(summary, "collection_errors")
     if broken and code in (TESTS_FAILED, INTERRUPTED, NO_TESTS):
-        # Serially pytest stops before any test (2); xdist runs the other files (1): one verdict.
+        # The other files ran (1: run_unit's --continue-on-collection-errors, xdist), or pytest
+        # stopped at the error (2: -x, --maxfail): one verdict.
         return INTERRUPTED, (
             f"run_unit: FAILED: {len(broken)} test file(s) could not be collected: {_listed(broken)}"
             " (see the ERROR lines above)"
